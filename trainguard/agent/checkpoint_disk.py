@@ -1,0 +1,215 @@
+"""Persisted checkpoints: one directory per step, complete only when its manifest says so.
+
+Layout under the checkpoint directory::
+
+    step-000000120/
+        rank-00000.tgsnap     one rank's snapshot, byte for byte as in shared memory, with its
+        rank-00001.tgsnap     checksum filled in (trainguard.ipc.snapshot_layout)
+        manifest.json         written last, by atomic rename, after every shard is durable
+
+manifest.json: ``{"format": "trainguard-checkpoint", "version": 1, "step", "world_size",
+"created" (ISO-8601 UTC), "shards": [{"rank", "file", "nbytes", "xxh3_64" (16 hex digits)}]}``.
+A step directory without a valid manifest is partial (a writer died) and is never loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from trainguard.ipc import snapshot_layout
+
+__all__ = [
+    "MANIFEST_NAME",
+    "CheckpointDirectory",
+    "CheckpointError",
+    "Manifest",
+    "ShardRecord",
+    "shard_name",
+]
+
+MANIFEST_NAME = "manifest.json"
+_FORMAT = "trainguard-checkpoint"
+_VERSION = 1
+_READ_CHUNK = 8 << 20
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint directory that cannot be used; the message says why."""
+
+
+def shard_name(rank: int) -> str:
+    return f"rank-{rank:05d}.tgsnap"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:09d}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRecord:
+    rank: int
+    file: str
+    nbytes: int
+    checksum: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    step: int
+    world_size: int
+    created: str
+    shards: tuple[ShardRecord, ...]
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": _FORMAT,
+            "version": _VERSION,
+            "step": self.step,
+            "world_size": self.world_size,
+            "created": self.created,
+            "shards": [
+                {"rank": shard.rank, "file": shard.file, "nbytes": shard.nbytes,
+                 "xxh3_64": f"{shard.checksum:016x}"}
+                for shard in self.shards
+            ],
+        }, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        """Raises: CheckpointError naming the field that is wrong."""
+        try:
+            body: dict[str, Any] = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise CheckpointError(f"manifest is not JSON ({error})") from error
+        if body.get("format") != _FORMAT or body.get("version") != _VERSION:
+            raise CheckpointError(
+                f"manifest format {body.get('format')!r} version {body.get('version')!r} "
+                f"is not {_FORMAT!r} version {_VERSION}")
+        try:
+            shards = tuple(
+                ShardRecord(int(s["rank"]), str(s["file"]), int(s["nbytes"]), int(s["xxh3_64"], 16))
+                for s in body["shards"]
+            )
+            manifest = cls(int(body["step"]), int(body["world_size"]), str(body["created"]), shards)
+        except (KeyError, TypeError, ValueError) as error:
+            raise CheckpointError(f"manifest field missing or malformed: {error!r}") from error
+        if sorted(s.rank for s in shards) != list(range(manifest.world_size)):
+            raise CheckpointError(
+                f"manifest lists ranks {sorted(s.rank for s in shards)} for world size "
+                f"{manifest.world_size}")
+        return manifest
+
+
+class CheckpointDirectory:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def ensure_writable(self) -> None:
+        """Raises: CheckpointError naming the directory and the system's reason."""
+        probe = self.root / f".write-probe-{uuid.uuid4().hex}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as error:
+            raise CheckpointError(
+                f"checkpoint directory {self.root} is not writable: {error.strerror or error}"
+            ) from error
+
+    def step_dir(self, step: int) -> Path:
+        return self.root / step_dir_name(step)
+
+    def step_dirs(self) -> list[tuple[int, Path]]:
+        """Every step directory, complete or not, newest first."""
+        found = []
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                name = entry.name
+                if entry.is_dir() and name.startswith("step-") and name[5:].isdigit():
+                    found.append((int(name[5:]), entry))
+        return sorted(found, reverse=True)
+
+    def read_manifest(self, directory: Path) -> Manifest:
+        """Raises: CheckpointError when the directory is partial or its manifest unusable."""
+        path = directory / MANIFEST_NAME
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise CheckpointError("partial checkpoint: no manifest (its writer stopped)") from None
+        except OSError as error:
+            raise CheckpointError(f"cannot read {path}: {error}") from error
+        return Manifest.from_json(text)
+
+    def verify(self, directory: Path, manifest: Manifest) -> None:
+        """Check every shard's size, header and checksum against the manifest.
+
+        Raises:
+            CheckpointError: the first shard that does not match, and how.
+        """
+        for shard in manifest.shards:
+            path = directory / shard.file
+            try:
+                size = path.stat().st_size
+                if size != shard.nbytes:
+                    raise CheckpointError(
+                        f"{shard.file} has {size} bytes, the manifest says {shard.nbytes}")
+                with path.open("rb") as stream:
+                    header = snapshot_layout.SnapshotHeader.unpack(
+                        stream.read(snapshot_layout.HEADER_SIZE), size=size)
+                    digest = xxhash.xxh3_64()
+                    while chunk := stream.read(_READ_CHUNK):
+                        digest.update(chunk)
+            except OSError as error:
+                raise CheckpointError(f"cannot read {path}: {error}") from error
+            except snapshot_layout.LayoutError as error:
+                raise CheckpointError(f"{shard.file}: {error}") from error
+            if header.rank != shard.rank or header.step != manifest.step:
+                raise CheckpointError(
+                    f"{shard.file} holds rank {header.rank} step {header.step}, expected rank "
+                    f"{shard.rank} step {manifest.step}")
+            if digest.intdigest() != shard.checksum:
+                raise CheckpointError(
+                    f"{shard.file} is corrupt: checksum {digest.intdigest():016x}, manifest "
+                    f"{shard.checksum:016x}")
+
+    def commit_manifest(self, directory: Path, manifest: Manifest) -> None:
+        """Write the manifest by atomic rename and make the directory entry durable."""
+        temporary = directory / (MANIFEST_NAME + ".tmp")
+        with temporary.open("w") as stream:
+            stream.write(manifest.to_json())
+            stream.flush()
+            os.fsync(stream.fileno())
+        temporary.rename(directory / MANIFEST_NAME)
+        sync_directory(directory)
+        sync_directory(self.root)
+
+    def retain(self, keep: int) -> list[Path]:
+        """Keep the newest ``keep`` complete checkpoints; drop older ones and older partial ones."""
+        removed = []
+        complete = 0
+        for _, directory in self.step_dirs():
+            if (directory / MANIFEST_NAME).exists():
+                complete += 1
+                if complete <= keep:
+                    continue
+            elif complete == 0:
+                continue  # a partial directory newer than every complete one may be in progress
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+        return removed
+
+
+def sync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,268 @@
+"""The agent's checkpoint memory: snapshots in shared memory, persisted in the background.
+
+Workers copy their state into slots this component owns (:mod:`.snapshot_slots`) and tell it when
+a snapshot is committed. A step is *complete* once every rank has committed it. The newest complete
+step is checksummed and, every ``persist_interval`` seconds, persisted to disk by the persister
+process; training never waits for either. After a fault, :meth:`CheckpointMemory.plan_restore`
+picks the newest complete step that is intact in memory, else the newest complete checkpoint on
+disk that verifies, and says why each newer candidate was skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from trainguard import clock as clocks
+from trainguard.agent import checkpoint_disk, persister_client, snapshot_slots
+from trainguard.faults import events
+from trainguard.ipc import messages
+
+__all__ = ["CheckpointMemory", "CheckpointSettings", "RestoreChoice"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSettings:
+    checkpoint_dir: Path | None = None
+    """Where checkpoints are persisted; default ``<run dir>/checkpoints``."""
+    keep_checkpoints: int = 3
+    """Complete checkpoints kept on disk (>= 1); older ones are deleted."""
+    persist_interval: float = 30.0
+    """Seconds between disk writes of the newest complete snapshot (>= 0; 0: every one).
+    Memory snapshots can be taken every step; disk writes cost bandwidth, so they are paced."""
+    persist_bandwidth: int = 0
+    """Bytes per second the persister may write (0: unlimited)."""
+
+    def __post_init__(self) -> None:
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"keep-checkpoints must be >= 1, got {self.keep_checkpoints}")
+        if self.persist_interval < 0:
+            raise ValueError(f"persist-interval must be >= 0 seconds, got {self.persist_interval}")
+        if self.persist_bandwidth < 0:
+            raise ValueError(f"persist-bandwidth must be >= 0, got {self.persist_bandwidth}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreChoice:
+    source: messages.RestoreSource
+    step: int
+    paths: dict[int, str]  # rank -> file holding its state
+    note: str
+
+
+class CheckpointMemory:
+    def __init__(
+        self,
+        settings: CheckpointSettings,
+        *,
+        job: str,
+        world_size: int,
+        directory: checkpoint_disk.CheckpointDirectory,
+        slots: snapshot_slots.SnapshotSlots,
+        persister: persister_client.PersisterClient,
+        record: Callable[[events.Event], object],
+        clock: clocks.Clock,
+    ) -> None:
+        self.settings = settings
+        self.directory = directory
+        self._job = job
+        self._world_size = world_size
+        self._slots = slots
+        self._persister = persister
+        self._record = record
+        self._clock = clock
+        self._persisted_step = -1
+        self._hashed_step = -1
+        self._last_persist = clock.monotonic()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._busy = asyncio.Lock()
+
+    # --- what workers ask for ----------------------------------------------------------------
+
+    def grant(self, rank: int, slot: int, nbytes: int) -> tuple[str, int]:
+        """Raises: SnapshotMemoryError, ValueError (see SnapshotSlots.grant)."""
+        return self._slots.grant(rank, slot, nbytes)
+
+    def slot_paths(self, rank: int) -> list[str]:
+        return [self._slots.path(rank, slot) for slot in range(snapshot_slots.SLOTS_PER_RANK)]
+
+    def committed(self) -> None:
+        """A worker committed a snapshot: look for a newly complete step."""
+        self._wake.set()
+
+    def complete_steps(self) -> list[tuple[int, list[snapshot_slots.SlotState]]]:
+        """Steps every rank holds in memory, newest first, with each rank's slot.
+
+        Read from the slot headers themselves, which survive any worker and any lost message.
+        """
+        per_rank = [self._slots.committed(rank) for rank in range(self._world_size)]
+        steps = set.intersection(*({state.header.step for state in states}
+                                   for states in per_rank))
+        return [
+            (step, [next(state for state in states if state.header.step == step)
+                    for states in per_rank])
+            for step in sorted(steps, reverse=True)
+        ]
+
+    def newest_complete(self) -> tuple[int, list[snapshot_slots.SlotState]] | None:
+        complete = self.complete_steps()
+        return complete[0] if complete else None
+
+    @property
+    def persisted_step(self) -> int:
+        return self._persisted_step
+
+    # --- background persistence --------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="checkpoint-persistence")
+
+    async def _run(self) -> None:
+        while True:
+            due = self._last_persist + self.settings.persist_interval - self._clock.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(due, 0.05))
+            self._wake.clear()
+            newest = self.newest_complete()
+            if newest is None or newest[0] <= self._persisted_step:
+                continue
+            step, states = newest
+            if self._clock.monotonic() - self._last_persist >= self.settings.persist_interval:
+                await self.persist(step, states)
+            elif step > self._hashed_step:
+                await self._hash(step, states)
+
+    def _shards(self, states: list[snapshot_slots.SlotState]) -> list[dict[str, object]]:
+        return [
+            {"rank": state.rank, "path": self._slots.path(state.rank, state.slot),
+             "seq": state.header.seq}
+            for state in states
+        ]
+
+    async def _hash(self, step: int, states: list[snapshot_slots.SlotState]) -> None:
+        async with self._busy:
+            try:
+                await self._persister.call({"op": "hash", "shards": self._shards(states)})
+                self._hashed_step = step
+            except persister_client.PersisterLostError as error:
+                logger.warning("checksumming the snapshot of step %d failed: %s", step, error)
+
+    async def persist(self, step: int, states: list[snapshot_slots.SlotState]) -> bool:
+        """Write the complete snapshot of ``step`` to disk; True when it is durable."""
+        async with self._busy:
+            if step <= self._persisted_step:
+                return True
+            self._last_persist = self._clock.monotonic()
+            command = {
+                "op": "persist", "step": step, "world_size": self._world_size,
+                "root": str(self.directory.root), "keep": self.settings.keep_checkpoints,
+                "bandwidth": self.settings.persist_bandwidth, "shards": self._shards(states),
+            }
+            try:
+                reply = await self._persister.call(command)
+            except persister_client.PersisterLostError as error:
+                logger.warning("persisting step %d failed: %s", step, error)
+                return False
+            if reply["op"] != "persisted":
+                logger.warning("persisting step %d failed: %s", step, reply["error"])
+                return False
+            self._persisted_step = step
+            self._record(events.CheckpointPersisted(
+                job=self._job, step=step, path=str(reply["path"]), nbytes=int(reply["nbytes"]),
+                seconds=float(reply["seconds"])))
+            return True
+
+    async def flush(self) -> None:
+        """Persist the newest complete snapshot if the disk does not have it yet."""
+        newest = self.newest_complete()
+        if newest is not None and newest[0] > self._persisted_step:
+            await self.persist(*newest)
+
+    # --- restore -----------------------------------------------------------------------------
+
+    async def plan_restore(self) -> RestoreChoice:
+        """Choose the state every rank of the next generation starts from, and prepare memory.
+
+        Memory slots holding steps newer than the choice (a timeline that was rolled back) are
+        cleared; the rank's next snapshot goes to the slot not holding the restored one.
+        """
+        memory_step, memory_paths, skipped = await self._memory_candidate()
+        disk_step, disk_paths, disk_skipped = await self._disk_candidate(newer_than=memory_step)
+        skipped.extend(disk_skipped)
+        if disk_step is not None and disk_paths is not None:
+            choice = RestoreChoice(messages.RestoreSource.DISK, disk_step, disk_paths, "")
+        elif memory_step is not None and memory_paths is not None:
+            choice = RestoreChoice(messages.RestoreSource.MEMORY, memory_step, memory_paths, "")
+        else:
+            choice = RestoreChoice(messages.RestoreSource.NONE, 0, {}, "")
+        self._forget_after(choice)
+        note = "; ".join(skipped)
+        return dataclasses.replace(choice, note=note)
+
+    def next_slot(self, rank: int, choice: RestoreChoice) -> int:
+        if choice.source is messages.RestoreSource.MEMORY:
+            for state in self._slots.committed(rank):
+                if state.header.step == choice.step:
+                    return 1 - state.slot
+        return 0
+
+    async def _memory_candidate(self) -> tuple[int | None, dict[int, str] | None, list[str]]:
+        skipped: list[str] = []
+        for step, states in self.complete_steps():
+            problems = await asyncio.gather(
+                *(asyncio.to_thread(self._slots.verify, state) for state in states))
+            bad = [f"rank {state.rank}: {problem}"
+                   for state, problem in zip(states, problems, strict=True) if problem]
+            if not bad:
+                return step, {s.rank: self._slots.path(s.rank, s.slot) for s in states}, skipped
+            reason = "; ".join(bad)
+            skipped.append(f"memory snapshot of step {step} skipped ({reason})")
+            self._record(events.CheckpointRejected(
+                job=self._job, path=f"memory:step-{step}", reason=reason))
+        return None, None, skipped
+
+    async def _disk_candidate(
+        self, *, newer_than: int | None
+    ) -> tuple[int | None, dict[int, str] | None, list[str]]:
+        skipped: list[str] = []
+        for step, path in self.directory.step_dirs():
+            if newer_than is not None and step <= newer_than:
+                break
+            try:
+                manifest = self.directory.read_manifest(path)
+                if manifest.world_size != self._world_size:
+                    raise checkpoint_disk.CheckpointError(
+                        f"saved with {manifest.world_size} ranks, the job has {self._world_size}")
+                await asyncio.to_thread(self.directory.verify, path, manifest)
+            except checkpoint_disk.CheckpointError as error:
+                skipped.append(f"{path} skipped ({error})")
+                self._record(events.CheckpointRejected(job=self._job, path=str(path),
+                                                       reason=str(error)))
+                continue
+            self._persisted_step = max(self._persisted_step, step)
+            return step, {s.rank: str(path / s.file) for s in manifest.shards}, skipped
+        return None, None, skipped
+
+    def _forget_after(self, choice: RestoreChoice) -> None:
+        self._hashed_step = min(self._hashed_step, choice.step)
+        for rank in self._slots.ranks():
+            for state in self._slots.committed(rank):
+                keep = (choice.source is messages.RestoreSource.MEMORY
+                        and state.header.step <= choice.step)
+                if not keep:
+                    self._slots.invalidate(rank, state.slot)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        async with self._busy:
+            await self._persister.close()
+        self._slots.close()

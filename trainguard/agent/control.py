@@ -1,0 +1,42 @@
+"""Client side of the agent's control requests (``trainguard fault inject``, tests)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+from trainguard.agent import ipc_server, node_agent
+from trainguard.ipc import messages
+
+__all__ = ["ControlError", "inject_fault"]
+
+
+class ControlError(RuntimeError):
+    """The agent is not running there, or refused the request (the message says why)."""
+
+
+def inject_fault(run_dir: Path, *, rank: int, kind: messages.InjectionKind,
+                 at_step: int | None = None, timeout: float = 10.0) -> str:
+    """Ask the running job in ``run_dir`` to cause a real fault; returns what the agent did.
+
+    Raises:
+        ControlError: no job is running in ``run_dir``, or the injection is impossible.
+    """
+    try:
+        agent = json.loads((run_dir / node_agent.AGENT_FILE).read_text())
+    except (OSError, ValueError) as error:
+        raise ControlError(f"no running job in {run_dir} (no readable "
+                           f"{node_agent.AGENT_FILE}: {error})") from error
+    request = messages.InjectRequest(request_id=1, rank=rank, kind=kind, at_step=at_step)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout)
+            connection.connect(ipc_server.connect_address(str(agent["address"])))
+            connection.sendall(messages.encode(request))
+            reply = messages.decode(connection.makefile("rb").readline())
+    except OSError as error:
+        raise ControlError(f"the job in {run_dir} does not answer: {error}") from error
+    if not isinstance(reply, messages.ControlReply) or not reply.ok:
+        raise ControlError(getattr(reply, "detail", f"unexpected answer {reply!r}"))
+    return reply.detail

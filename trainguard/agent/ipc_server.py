@@ -1,0 +1,105 @@
+"""The agent's local socket: workers' step marks and requests, and control clients' requests.
+
+An abstract Unix socket (Linux): it has no file to clean up and no path-length limit to hit in
+deep run directories. Its address is written ``@name`` in the environment and in ``agent.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from typing import Protocol
+
+from trainguard.ipc import messages
+
+__all__ = ["IpcServer", "MessageHandler", "connect_address"]
+
+logger = logging.getLogger(__name__)
+
+_LINE_LIMIT = 1 << 20
+
+
+def connect_address(address: str) -> str:
+    """``@name`` -> the abstract socket name the kernel expects (leading NUL)."""
+    return "\0" + address[1:] if address.startswith("@") else address
+
+
+class MessageHandler(Protocol):
+    def worker_connected(self, hello: messages.Hello, writer: asyncio.StreamWriter) -> bool:
+        """Accept (True) or refuse a worker's connection (one of an older generation)."""
+        ...
+
+    def worker_message(self, hello: messages.Hello, message: messages.Message) -> None: ...
+
+    def worker_disconnected(self, hello: messages.Hello) -> None: ...
+
+    async def control(self, request: messages.Message) -> messages.Message:
+        """Answer one control request."""
+        ...
+
+
+class IpcServer:
+    def __init__(self, handler: MessageHandler) -> None:
+        self._handler = handler
+        self.address = f"@trainguard-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(connect_address(self.address))
+        self._server = await asyncio.start_unix_server(
+            self._serve, sock=listener, limit=_LINE_LIMIT)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            line = await reader.readline()
+            if not line:
+                return
+            first = messages.decode(line)
+            if isinstance(first, messages.Hello):
+                await self._serve_worker(first, reader, writer)
+            else:
+                await self._serve_control(first, reader, writer)
+        except messages.MessageError as error:
+            logger.warning("dropping a connection that sent a bad message: %s", error)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _serve_worker(self, hello: messages.Hello, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> None:
+        if not self._handler.worker_connected(hello, writer):
+            return
+        try:
+            while line := await reader.readline():
+                self._handler.worker_message(hello, messages.decode(line))
+        finally:
+            self._handler.worker_disconnected(hello)
+
+    async def _serve_control(self, first: messages.Message, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        request: messages.Message | None = first
+        while request is not None:
+            writer.write(messages.encode(await self._handler.control(request)))
+            await writer.drain()
+            line = await reader.readline()
+            request = messages.decode(line) if line else None
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

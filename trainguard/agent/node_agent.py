@@ -1,0 +1,545 @@
+"""The node agent: starts each generation's workers, watches them, serves their requests.
+
+It sees a worker exit the moment the standby process reaps it, a hang when a rank's heartbeat
+deadline passes (:mod:`trainguard.detect.heartbeat`), and reports the first fault of a generation
+as its outcome. What to do about it is the controller's decision; the agent then carries it out
+(stop every worker, start the next generation, or stop gracefully with a dying checkpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal
+import socket
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+from trainguard import clock as clocks
+from trainguard.agent import (
+    checkpoint_memory,
+    ipc_server,
+    snapshot_slots,
+    standby_client,
+    worker_output,
+    workers,
+)
+from trainguard.detect import heartbeat
+from trainguard.faults import process
+from trainguard.ipc import messages
+
+__all__ = ["AgentSettings", "InjectionError", "NodeAgent", "PlannedFault", "Progress"]
+
+logger = logging.getLogger(__name__)
+
+AGENT_FILE = "agent.json"
+
+
+class InjectionError(ValueError):
+    """A fault injection that cannot be done; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedFault:
+    """Inject ``kind`` into ``rank`` when it starts step ``step`` (once per job)."""
+
+    kind: messages.InjectionKind
+    rank: int
+    step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSettings:
+    nproc_per_node: int
+    program: workers.ProgramSpec
+    run_id: str
+    run_dir: Path
+    role: str = "default"
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    shutdown_timeout: float = 30.0
+    preload: tuple[str, ...] = ("torch", "torch._dynamo", "torch.nn.parallel",
+                                "trainguard.train")
+    """Modules the standby process imports before forking workers. torch._dynamo is imported
+    by the first optimizer a script creates and costs a second by itself."""
+    output: worker_output.OutputSettings = dataclasses.field(
+        default_factory=worker_output.OutputSettings)
+    fault_plan: tuple[PlannedFault, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.nproc_per_node < 1:
+            raise ValueError(f"nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        if not self.monitor_interval > 0:
+            raise ValueError(f"monitor-interval must be > 0 seconds, got {self.monitor_interval}")
+        for planned in self.fault_plan:
+            if planned.rank not in range(self.nproc_per_node):
+                raise ValueError(f"fault plan names rank {planned.rank}; the job has ranks "
+                                 f"0..{self.nproc_per_node - 1}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    generation: int
+    step: int | None  # the step the furthest rank is in
+    steps_per_second: float | None
+
+
+def free_port(address: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        detector: heartbeat.HangDetector,
+        checkpoints: checkpoint_memory.CheckpointMemory,
+        clock: clocks.Clock,
+        base_env: Mapping[str, str],
+        on_injection: Callable[[int, messages.InjectionKind, int | None], None],
+    ) -> None:
+        self.settings = settings
+        self._detector = detector
+        self._checkpoints = checkpoints
+        self._clock = clock
+        self._base_env = dict(base_env)
+        self._on_injection = on_injection
+        self._ipc = ipc_server.IpcServer(self)
+        self._standby: standby_client.StandbyProcess | None = None
+        self._generation: workers.Generation | None = None
+        self._monitor: asyncio.Task[None] | None = None
+        self._plan = list(settings.fault_plan)
+        self._queued: dict[int, list[messages.InjectFault]] = collections.defaultdict(list)
+        self._sessions_seen = False
+        self._last_begin: float | None = None
+        self._reports: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()  # a worker committed a snapshot or exited
+        self.first_step_at: float | None = None  # the job's first step began
+        self.step_intervals: list[float] = []  # rank 0, start to start, within a generation
+        self.snapshot_seconds: list[float] = []  # time training was blocked per snapshot copy
+
+    @property
+    def address(self) -> str:
+        return self._ipc.address
+
+    @property
+    def generation(self) -> workers.Generation | None:
+        return self._generation
+
+    async def start(self) -> None:
+        await self._ipc.start()
+        (self.settings.run_dir / AGENT_FILE).write_text(json.dumps(
+            {"pid": os.getpid(), "address": self.address, "run_id": self.settings.run_id}))
+        await self._ensure_standby()
+        self._checkpoints.start()
+
+    async def _ensure_standby(self) -> standby_client.StandbyProcess:
+        if self._standby is not None and self._standby.alive:
+            return self._standby
+        self._standby = standby_client.StandbyProcess(
+            preload=self.settings.preload, env=self._base_env, on_exit=self._on_exit,
+            on_lost=self._on_standby_lost)
+        await self._standby.start(timeout=self._detector.settings.startup_timeout)
+        logger.info("standby process %s ready (preloaded: %s)", self._standby.pid,
+                    ", ".join(self._standby.preloaded) or "nothing")
+        return self._standby
+
+    # --- generations -------------------------------------------------------------------------
+
+    async def start_generation(self, number: int, *, restart_count: int) -> workers.Generation:
+        """Plan the restore, then start every rank. Raises: standby_client.StandbyError."""
+        standby = await self._ensure_standby()
+        restore = await self._checkpoints.plan_restore()
+        settings = self.settings
+        port = settings.master_port if number == 0 and settings.master_port else free_port(
+            settings.master_addr)
+        generation = workers.Generation(number=number, restart_count=restart_count,
+                                        master_port=port, started_at=self._clock.monotonic(),
+                                        restore=restore)
+        self._generation = generation
+        self._last_begin = None
+        for local_rank in range(settings.nproc_per_node):
+            generation.workers[local_rank] = self._prepare_worker(generation, local_rank)
+        for worker in generation.workers.values():
+            await self._spawn(standby, generation, worker)
+        self._monitor = asyncio.create_task(self._watch(generation), name="hang-monitor")
+        return generation
+
+    def _prepare_worker(self, generation: workers.Generation, local_rank: int
+                        ) -> workers.WorkerState:
+        settings = self.settings
+        rank = local_rank  # one node for now: global rank = local rank
+        attempt = settings.run_dir / f"attempt_{generation.number}" / str(rank)
+        attempt.mkdir(parents=True, exist_ok=True)
+        error_file = attempt / "error.json"
+        error_file.unlink(missing_ok=True)
+
+        def pump(stream: worker_output.Std) -> worker_output.StreamPump:
+            return worker_output.StreamPump.for_worker(
+                settings.output, stream=stream, rank=rank, local_rank=local_rank,
+                role=settings.role, run_id=settings.run_id, generation=generation.number)
+
+        return workers.WorkerState(
+            rank=rank, local_rank=local_rank, error_file=error_file,
+            stdout=pump(worker_output.Std.OUT), stderr=pump(worker_output.Std.ERR),
+            started_at=self._clock.monotonic())
+
+    async def _spawn(self, standby: standby_client.StandbyProcess,
+                     generation: workers.Generation, worker: workers.WorkerState) -> None:
+        settings = self.settings
+        env = workers.worker_environment(
+            self._base_env, rank=worker.rank, local_rank=worker.local_rank,
+            world_size=settings.nproc_per_node, local_world_size=settings.nproc_per_node,
+            role=settings.role, master_addr=settings.master_addr,
+            master_port=generation.master_port, restart_count=generation.restart_count,
+            max_restarts=settings.max_restarts, run_id=settings.run_id,
+            error_file=worker.error_file, agent_socket=self.address,
+            generation=generation.number)
+        launch = standby_client.WorkerLaunch(
+            mode=settings.program.mode, target=settings.program.target,
+            args=settings.program.args, env=env, cwd=os.getcwd())
+        stdout = await worker_output.open_pump(worker.stdout)
+        stderr = await worker_output.open_pump(worker.stderr)
+        try:
+            worker.pid = await standby.spawn(launch, stdout=stdout, stderr=stderr)
+        finally:
+            os.close(stdout)
+            os.close(stderr)
+        worker.started_at = self._clock.monotonic()
+        self._detector.start(worker.rank, at=worker.started_at)
+
+    async def _watch(self, generation: workers.Generation) -> None:
+        """Check heartbeat deadlines every monitor interval until the generation has an outcome."""
+        while not generation.outcome.done():
+            await asyncio.sleep(self.settings.monitor_interval)
+            overdue = self._detector.overdue(now=self._clock.monotonic())
+            if overdue:
+                generation.settle(process.GenerationOutcome(
+                    process.OutcomeKind.FAULT, fault=self._hang_fault(generation, overdue)))
+
+    def _hang_fault(self, generation: workers.Generation,
+                    overdue: Sequence[heartbeat.Overdue]) -> process.ProcessFault:
+        """The hung rank: a stopped process if there is one, else the one silent longest.
+
+        The other ranks are usually silent too, blocked in a collective waiting for it.
+        """
+        def stopped(item: heartbeat.Overdue) -> bool:
+            pid = generation.workers[item.rank].pid
+            try:
+                return pid is not None and psutil.Process(pid).status() in (
+                    psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+            except psutil.Error:
+                return False
+
+        culprit = next((item for item in overdue if stopped(item)), overdue[0])
+        worker = generation.workers[culprit.rank]
+        return self._fault(worker, process.ProcessFaultKind.HUNG, detail=culprit.describe())
+
+    def _fault(self, worker: workers.WorkerState, kind: process.ProcessFaultKind, *,
+               detected_at: float | None = None, detail: str = "") -> process.ProcessFault:
+        injected = worker.injected
+        return process.ProcessFault(
+            rank=worker.rank, pid=worker.pid or 0, kind=kind,
+            detected_at=self._clock.monotonic() if detected_at is None else detected_at,
+            returncode=worker.returncode,
+            last_step=injected.step if injected else worker.begun_step,
+            occurred_at=injected.time if injected else None,
+            injected=str(injected.kind) if injected else None, detail=detail)
+
+    def _on_exit(self, pid: int, returncode: int) -> None:
+        generation = self._generation
+        worker = generation.by_pid(pid) if generation is not None else None
+        if generation is None or worker is None:
+            return
+        worker.returncode = returncode
+        worker.exited_at = self._clock.monotonic()
+        self._detector.forget(worker.rank)
+        generation.exited()
+        self._changed.set()
+        if worker.stopping:
+            return
+        if returncode == 0:
+            if all(w.returncode == 0 for w in generation.workers.values()):
+                generation.settle(process.GenerationOutcome(process.OutcomeKind.SUCCEEDED))
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._report_failure(generation, worker, detected_at=worker.exited_at))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _report_failure(self, generation: workers.Generation,
+                              worker: workers.WorkerState, *, detected_at: float) -> None:
+        """Settle the generation with a failed worker's fault.
+
+        A worker that says why it is about to die (an injected fault) says it on its socket,
+        which the exit notice can overtake: read the socket to its end first (briefly).
+        """
+        if worker.link is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(worker.disconnected.wait(), 0.5)
+        returncode = worker.returncode or 0
+        kind = (process.ProcessFaultKind.SIGNALED if returncode < 0
+                else process.ProcessFaultKind.EXITED)
+        generation.settle(process.GenerationOutcome(
+            process.OutcomeKind.FAULT, fault=self._fault(worker, kind, detected_at=detected_at)))
+
+    def _on_standby_lost(self, reason: str) -> None:
+        logger.error("%s; its workers died with it", reason)
+        generation = self._generation
+        if generation is None:
+            return
+        for worker in generation.workers.values():
+            if worker.alive:
+                self._on_exit(worker.pid or 0, -signal.SIGKILL)
+
+    def _current(self) -> workers.Generation:
+        if self._generation is None:
+            raise RuntimeError("no generation has been started")
+        return self._generation
+
+    async def settle(self, *, timeout: float) -> None:
+        """Wait until every worker has exited on its own, or ``timeout`` seconds."""
+        await self._current().wait_all_exited(timeout)
+
+    async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
+        """Let healthy ranks finish the snapshot the failed rank already committed.
+
+        A rank that fails right after its snapshot of step N+1 often finds the others still
+        finishing step N; stopping them at once would make N+1 incomplete and lose step N.
+        Waits at most ``timeout`` seconds; ranks blocked waiting for the failed one just wait.
+        """
+        generation = self._current()
+        target = generation.workers[failed_rank].committed_step
+        if target is None:
+            return
+
+        def behind() -> bool:
+            return any(w.alive and w.rank != failed_rank and (w.committed_step or -1) < target
+                       for w in generation.workers.values())
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while behind() and loop.time() < deadline:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), deadline - loop.time())
+
+    async def stop_workers(self, *, timeout: float = 10.0) -> None:
+        """End every worker now (SIGKILL to its process group) and wait for the exits."""
+        generation = self._current()
+        for worker in generation.workers.values():
+            self._signal(worker, signal.SIGKILL)
+        await self._finish(generation, timeout)
+
+    async def graceful_stop(self) -> None:
+        """Every rank finishes one agreed step, saves its state (dying checkpoint) and exits.
+
+        Workers without a trainguard session get SIGTERM, as torchrun sends. Whatever has not
+        exited after the shutdown timeout is killed.
+        """
+        generation = self._current()
+        begun = [w.begun_step for w in generation.workers.values() if w.begun_step is not None]
+        # One past the furthest rank: no rank can be beyond it when the message arrives.
+        stop_step = max(begun) + 1 if begun else None
+        for worker in generation.workers.values():
+            if not worker.alive:
+                continue
+            worker.stopping = True
+            if stop_step is None or not worker.send(messages.StopAt(stop_step)):
+                self._signal(worker, signal.SIGTERM)
+        if not await generation.wait_all_exited(self.settings.shutdown_timeout):
+            logger.warning("workers still running %.0f s after the stop request; killing them",
+                           self.settings.shutdown_timeout)
+        await self.stop_workers()
+
+    def _signal(self, worker: workers.WorkerState, signum: signal.Signals) -> None:
+        if not worker.alive or worker.pid is None:
+            return
+        worker.stopping = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker.pid, signum)
+
+    async def _finish(self, generation: workers.Generation, timeout: float) -> None:
+        if not await generation.wait_all_exited(timeout):
+            logger.error("workers of generation %d did not exit within %.0f s",
+                         generation.number, timeout)
+        streams = [pump.closed for worker in generation.workers.values()
+                   for pump in (worker.stdout, worker.stderr)]
+        await asyncio.wait(streams, timeout=2.0)
+        for worker in generation.workers.values():
+            self._detector.forget(worker.rank)
+            if worker.link is not None:
+                worker.link.close()
+        generation.settle(process.GenerationOutcome(process.OutcomeKind.STOP_REQUESTED))
+        if self._monitor is not None:
+            self._monitor.cancel()
+            await asyncio.gather(self._monitor, return_exceptions=True)
+            self._monitor = None
+
+    async def flush_checkpoints(self) -> None:
+        await self._checkpoints.flush()
+
+    # --- messages from workers (ipc_server.MessageHandler) -----------------------------------
+
+    def _worker(self, hello: messages.Hello) -> workers.WorkerState | None:
+        generation = self._generation
+        if generation is None or generation.number != hello.generation:
+            return None
+        return generation.workers.get(hello.rank)
+
+    def worker_connected(self, hello: messages.Hello, writer: asyncio.StreamWriter) -> bool:
+        worker = self._worker(hello)
+        if worker is None:
+            return False
+        worker.link = writer
+        self._sessions_seen = True
+        for planned in self._plan:
+            if planned.rank == hello.rank:
+                worker.send(messages.InjectFault(planned.kind, planned.step))
+        for queued in self._queued.pop(hello.rank, []):
+            worker.send(queued)
+        return True
+
+    def worker_disconnected(self, hello: messages.Hello) -> None:
+        worker = self._worker(hello)
+        if worker is not None:
+            worker.link = None
+            worker.disconnected.set()
+
+    def worker_message(self, hello: messages.Hello, message: messages.Message) -> None:
+        worker = self._worker(hello)
+        generation = self._generation
+        if worker is None or generation is None:
+            return
+        match message:
+            case messages.StepMark(step=step, phase=phase, time=at):
+                self._detector.mark(worker.rank, phase, at=at)
+                if phase is messages.StepPhase.BEGIN:
+                    if self.first_step_at is None:
+                        self.first_step_at = at
+                    worker.begun_step = step
+                    generation.begun(worker.rank, at)
+                    if worker.rank == 0:
+                        if self._last_begin is not None:
+                            self.step_intervals.append(at - self._last_begin)
+                        self._last_begin = at
+                else:
+                    worker.completed_step = step
+            case messages.Activity(kind=kind, active=active, time=at):
+                self._detector.activity(worker.rank, kind, active, at=at)
+            case messages.SnapshotCommitted(step=step, copy_seconds=seconds):
+                worker.committed_step = step
+                self.snapshot_seconds.append(seconds)
+                self._checkpoints.committed()
+                self._changed.set()
+            case messages.FaultInjected(kind=kind):
+                worker.injected = message
+                self._plan = [p for p in self._plan
+                              if not (p.rank == worker.rank and p.kind == kind)]
+            case messages.WorkerFailing(error=error):
+                if not worker.stopping:
+                    generation.settle(process.GenerationOutcome(
+                        process.OutcomeKind.FAULT, fault=self._fault(
+                            worker, process.ProcessFaultKind.RAISED,
+                            detail=error)))
+            case messages.StopRequested():
+                generation.settle(process.GenerationOutcome(
+                    process.OutcomeKind.STOP_REQUESTED,
+                    detail=f"rank {worker.rank} received SIGTERM"))
+            case messages.ReserveSlot(request_id=request_id, slot=slot, nbytes=nbytes):
+                self._reserve(generation, worker, request_id, slot, nbytes)
+            case messages.RestorePlanRequest(request_id=request_id):
+                choice = generation.restore
+                worker.send(messages.RestorePlan(
+                    request_id=request_id, source=choice.source, step=choice.step,
+                    path=choice.paths.get(worker.rank, ""),
+                    next_slot=self._checkpoints.next_slot(worker.rank, choice),
+                    slot_paths=self._checkpoints.slot_paths(worker.rank), note=choice.note))
+            case _:
+                logger.warning("rank %d sent an unexpected %s message", worker.rank,
+                               message.TYPE)
+
+    def _reserve(self, generation: workers.Generation, worker: workers.WorkerState,
+                 request_id: int, slot: int, nbytes: int) -> None:
+        try:
+            path, capacity = self._checkpoints.grant(worker.rank, slot, nbytes)
+        except (snapshot_slots.SnapshotMemoryError, ValueError) as error:
+            worker.send(messages.RequestFailed(request_id, str(error)))
+            generation.settle(process.GenerationOutcome(process.OutcomeKind.FATAL,
+                                                        detail=str(error)))
+            return
+        worker.send(messages.SlotGranted(request_id, slot, path, capacity))
+
+    async def control(self, request: messages.Message) -> messages.Message:
+        if not isinstance(request, messages.InjectRequest):
+            return messages.ControlReply(getattr(request, "request_id", 0), False,
+                                         f"unsupported request {request.TYPE!r}")
+        try:
+            detail = self.inject(request.rank, request.kind, request.at_step)
+        except InjectionError as error:
+            return messages.ControlReply(request.request_id, False, str(error))
+        return messages.ControlReply(request.request_id, True, detail)
+
+    def inject(self, rank: int, kind: messages.InjectionKind, at_step: int | None) -> str:
+        """Cause a real fault in a worker. Raises: InjectionError when it cannot be done."""
+        generation = self._generation
+        if generation is None:
+            raise InjectionError("no workers are running yet")
+        worker = generation.workers.get(rank)
+        if worker is None:
+            raise InjectionError(
+                f"there is no rank {rank}; the job has ranks 0..{len(generation.workers) - 1}")
+        self._on_injection(rank, kind, at_step)
+        if at_step is None and kind is not messages.InjectionKind.EXCEPTION and worker.alive:
+            assert worker.pid is not None
+            signum = signal.SIGKILL if kind is messages.InjectionKind.CRASH else signal.SIGSTOP
+            worker.injected = messages.FaultInjected(kind, worker.begun_step or 0,
+                                                     self._clock.monotonic())
+            os.kill(worker.pid, signum)
+            return f"sent {signum.name} to rank {rank} (pid {worker.pid})"
+        order = messages.InjectFault(kind, at_step)
+        when = f"at step {at_step}" if at_step is not None else "at its next step"
+        if worker.send(order):
+            return f"rank {rank} will raise the {kind} {when}"
+        if self._sessions_seen:
+            self._queued[rank].append(order)
+            return f"queued: rank {rank} gets the {kind} {when} once its session connects"
+        raise InjectionError(
+            f"rank {rank} does not use trainguard.train, so only an immediate crash or hang "
+            "can be injected (no --at-step)")
+
+    # --- reports -----------------------------------------------------------------------------
+
+    def progress(self) -> Progress:
+        generation = self._generation
+        if generation is None:
+            return Progress(-1, None, None)
+        begun = [w.begun_step for w in generation.workers.values() if w.begun_step is not None]
+        recent = self.step_intervals[-20:]
+        rate = 1.0 / statistics.median(recent) if recent and statistics.median(recent) > 0 \
+            else None
+        return Progress(generation.number, max(begun, default=None), rate)
+
+    async def close(self) -> None:
+        generation = self._generation
+        if generation is not None and any(w.alive for w in generation.workers.values()):
+            await self.stop_workers()
+        if self._standby is not None:
+            await self._standby.close()
+        await self._ipc.close()
+        await self._checkpoints.close()
+        (self.settings.run_dir / AGENT_FILE).unlink(missing_ok=True)

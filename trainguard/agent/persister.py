@@ -1,0 +1,193 @@
+"""The persister: a helper process that checksums snapshots and writes them to disk.
+
+It runs apart from the agent so that hashing and disk writes never compete with the agent's event
+loop, and so that its death mid-write (tested with SIGKILL) costs only the checkpoint being
+written: shards are written under temporary names and renamed when durable, and the manifest that
+makes a checkpoint complete is renamed into place last.
+
+Runs as ``python -m trainguard.agent.persister PARENT_PID``; reads one JSON command per line on
+stdin and answers one JSON line per command on stdout:
+
+- ``{"op": "hash", "id", "shards": [{"rank", "path", "seq"}]}`` -> ``{"op": "hashed", "id",
+  "results": [{"rank", "seq", "checksum"}]}``: checksums written into the memory slots' headers.
+- ``{"op": "persist", "id", "step", "world_size", "root", "keep", "bandwidth", "shards": [...]}``
+  -> ``{"op": "persisted", "id", "step", "path", "nbytes", "seconds", "removed"}`` or
+  ``{"op": "persist-failed", "id", "step", "error"}``. ``bandwidth`` limits bytes per second
+  (0: no limit), for hosts where checkpoint writes would starve the job's own I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import mmap
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from trainguard import clock as clocks
+from trainguard.agent import checkpoint_disk, lifeline
+from trainguard.ipc import snapshot_layout
+
+__all__ = ["PersistError", "hash_slot", "main", "persist"]
+
+_CHUNK = 8 << 20
+
+
+class PersistError(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shard:
+    rank: int
+    path: str
+    seq: int
+
+
+class _OpenSlot:
+    """A memory slot mapped for reading, checked to hold the snapshot ``seq`` it should."""
+
+    def __init__(self, shard: _Shard) -> None:
+        self.shard = shard
+        descriptor = os.open(shard.path, os.O_RDWR)
+        try:
+            size = os.fstat(descriptor).st_size
+            self.memory = mmap.mmap(descriptor, size)
+        finally:
+            os.close(descriptor)
+        try:
+            self.header = snapshot_layout.SnapshotHeader.unpack(self.memory, size=size)
+        except snapshot_layout.LayoutError as error:
+            self.memory.close()
+            raise PersistError(f"rank {shard.rank}: {error}") from error
+        self.check()
+
+    def check(self) -> None:
+        seq = snapshot_layout.read_seq(self.memory)
+        if seq != self.shard.seq:
+            raise PersistError(
+                f"rank {self.shard.rank}: snapshot {self.shard.seq} was overwritten (now {seq})")
+
+    def record_checksum(self, checksum: int) -> None:
+        if snapshot_layout.read_seq(self.memory) == self.shard.seq:
+            snapshot_layout.write_checksum(self.memory, checksum, self.shard.seq)
+
+    def close(self) -> None:
+        self.memory.close()
+
+
+def hash_slot(shard: _Shard) -> int:
+    slot = _OpenSlot(shard)
+    try:
+        checksum = snapshot_layout.compute_checksum(slot.memory, slot.header)
+        slot.check()
+        slot.record_checksum(checksum)
+        return checksum
+    finally:
+        slot.close()
+
+
+class _Throttle:
+    def __init__(self, bandwidth: int) -> None:
+        self._bandwidth = bandwidth
+        self._started = time.monotonic()
+        self._written = 0
+
+    def wrote(self, nbytes: int) -> None:
+        self._written += nbytes
+        if self._bandwidth > 0:
+            ahead = self._written / self._bandwidth - (time.monotonic() - self._started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+
+def _write_shard(slot: _OpenSlot, target: Path, throttle: _Throttle) -> tuple[int, int]:
+    """Copy one slot into ``target`` durably; returns (bytes, checksum)."""
+    header = slot.header
+    temporary = target.with_name(target.name + ".tmp")
+    digest = xxhash.xxh3_64()
+    with temporary.open("wb") as stream:
+        stream.write(bytes(snapshot_layout.HEADER_SIZE))  # the header goes in last, with checksum
+        for start in range(snapshot_layout.HEADER_SIZE, header.end, _CHUNK):
+            chunk = slot.memory[start : min(start + _CHUNK, header.end)]
+            digest.update(chunk)
+            stream.write(chunk)
+            throttle.wrote(len(chunk))
+        slot.check()
+        checksum = digest.intdigest()
+        stream.seek(0)
+        stream.write(dataclasses.replace(header, checksum=checksum, checksum_seq=header.seq).pack())
+        stream.flush()
+        os.fsync(stream.fileno())
+    temporary.rename(target)
+    slot.record_checksum(checksum)
+    return header.end, checksum
+
+
+def persist(command: dict[str, Any]) -> dict[str, Any]:
+    step = int(command["step"])
+    directory = checkpoint_disk.CheckpointDirectory(Path(command["root"]))
+    target = directory.step_dir(step)
+    started = time.monotonic()
+    throttle = _Throttle(int(command.get("bandwidth", 0)))
+    records = []
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        for item in command["shards"]:
+            slot = _OpenSlot(_Shard(int(item["rank"]), str(item["path"]), int(item["seq"])))
+            try:
+                if slot.header.step != step:
+                    raise PersistError(
+                        f"rank {slot.shard.rank}: slot holds step {slot.header.step}, not {step}")
+                name = checkpoint_disk.shard_name(slot.shard.rank)
+                nbytes, checksum = _write_shard(slot, target / name, throttle)
+            finally:
+                slot.close()
+            records.append(checkpoint_disk.ShardRecord(slot.shard.rank, name, nbytes, checksum))
+        checkpoint_disk.sync_directory(target)
+        manifest = checkpoint_disk.Manifest(
+            step=step,
+            world_size=int(command["world_size"]),
+            created=clocks.iso_utc(time.time()),
+            shards=tuple(sorted(records, key=lambda record: record.rank)),
+        )
+        directory.commit_manifest(target, manifest)
+    except (PersistError, OSError) as error:
+        shutil.rmtree(target, ignore_errors=True)
+        return {"op": "persist-failed", "id": command["id"], "step": step, "error": str(error)}
+    removed = directory.retain(int(command["keep"]))
+    return {
+        "op": "persisted", "id": command["id"], "step": step, "path": str(target),
+        "nbytes": sum(record.nbytes for record in records),
+        "seconds": time.monotonic() - started, "removed": [str(path) for path in removed],
+    }
+
+
+def _hash(command: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    for item in command["shards"]:
+        shard = _Shard(int(item["rank"]), str(item["path"]), int(item["seq"]))
+        try:
+            results.append({"rank": shard.rank, "seq": shard.seq, "checksum": hash_slot(shard)})
+        except (PersistError, OSError):
+            continue  # overwritten by a newer snapshot, which will be hashed in turn
+    return {"op": "hashed", "id": command["id"], "results": results}
+
+
+def main(argv: list[str]) -> None:
+    lifeline.die_with_parent(int(argv[0]))
+    for line in sys.stdin:
+        command = json.loads(line)
+        reply = persist(command) if command["op"] == "persist" else _hash(command)
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

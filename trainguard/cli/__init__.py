@@ -1,0 +1,1 @@
+"""The ``trainguard`` command line."""

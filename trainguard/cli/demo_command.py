@@ -1,0 +1,6 @@
+"""Placeholder until the demonstration is wired."""
+import click
+
+
+def command() -> click.Command:
+    return click.Command("demo")

@@ -1,0 +1,82 @@
+"""What the controller needs from a node agent and from a generation of workers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Protocol
+
+from trainguard.faults import process
+from trainguard.ipc import messages
+
+__all__ = ["AgentHandle", "GenerationHandle", "RestoreView", "WorkerView"]
+
+
+class WorkerView(Protocol):
+    @property
+    def rank(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def exited_at(self) -> float | None: ...
+
+    def excerpt(self) -> str:
+        """The worker's error: its error file or the end of its stderr."""
+        ...
+
+
+class RestoreView(Protocol):
+    @property
+    def source(self) -> messages.RestoreSource: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def note(self) -> str: ...
+
+
+class GenerationHandle(Protocol):
+    @property
+    def number(self) -> int: ...
+    @property
+    def master_port(self) -> int: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def restore(self) -> RestoreView: ...
+    @property
+    def outcome(self) -> asyncio.Future[process.GenerationOutcome]: ...
+    @property
+    def all_stepping(self) -> asyncio.Future[float]:
+        """Resolves with the time the last rank began its first step."""
+        ...
+    @property
+    def completed_step(self) -> int | None: ...
+    @property
+    def workers(self) -> Mapping[int, WorkerView]: ...
+
+
+class AgentHandle(Protocol):
+    async def start_generation(self, number: int, *, restart_count: int) -> GenerationHandle: ...
+
+    async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
+        """Give healthy ranks up to ``timeout`` seconds to commit the snapshot the failed rank
+        already has, so that a restart loses no completed step."""
+        ...
+
+    async def stop_workers(self) -> None:
+        """End every worker of the current generation now and wait for their exits."""
+        ...
+
+    async def graceful_stop(self) -> None:
+        """Every worker saves its state at one agreed step and exits."""
+        ...
+
+    async def settle(self, *, timeout: float) -> None:
+        """Wait until every worker has exited by itself, or ``timeout`` seconds."""
+        ...
+
+    async def flush_checkpoints(self) -> None:
+        """Make the newest complete snapshot durable on disk."""
+        ...

@@ -1,0 +1,1 @@
+"""The main job that ``make run`` shows: a DDP training script and the demonstration around it."""

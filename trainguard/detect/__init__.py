@@ -1,0 +1,1 @@
+"""Fault sources that turn observations into faults: for now, the hang (heartbeat) detector."""

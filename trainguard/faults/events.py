@@ -1,0 +1,176 @@
+"""Typed events: what the controller and agent record in the store and show to users.
+
+Each event serialises to a flat JSON object (:meth:`Event.to_data`); ``KIND`` is its name in the
+store. Times inside events are seconds measured on the monotonic clock (durations), or steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, ClassVar
+
+from trainguard.faults import process
+
+__all__ = [
+    "CheckpointPersisted",
+    "CheckpointRejected",
+    "DecisionMade",
+    "Event",
+    "FaultDetected",
+    "FaultInjectionRequested",
+    "GenerationStarted",
+    "JobFinished",
+    "JobOutcome",
+    "RecoveryCompleted",
+]
+
+
+class JobOutcome(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # retry budget exhausted, crash loop, or a fault that is not retried
+    STOPPED = "stopped"  # SIGINT/SIGTERM to trainguard: graceful stop with a dying checkpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    KIND: ClassVar[str] = ""
+    job: str
+
+    def to_data(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        return {key: (str(value) if isinstance(value, enum.Enum) else value)
+                for key, value in data.items()}
+
+    def summary(self) -> str:
+        """One line for the console and the log."""
+        return self.KIND
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationStarted(Event):
+    KIND: ClassVar[str] = "generation-started"
+    generation: int
+    world_size: int
+    master_port: int
+    restart_count: int
+
+    def summary(self) -> str:
+        return (f"generation {self.generation}: {self.world_size} ranks, "
+                f"rendezvous on port {self.master_port}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultDetected(Event):
+    KIND: ClassVar[str] = "fault-detected"
+    generation: int
+    rank: int
+    pid: int
+    fault_kind: process.ProcessFaultKind
+    returncode: int | None
+    last_step: int | None
+    detect_seconds: float | None
+    injected: str | None
+    detail: str
+    error_excerpt: str
+    description: str
+
+    @classmethod
+    def of(cls, *, job: str, generation: int, fault: process.ProcessFault) -> FaultDetected:
+        return cls(
+            job=job,
+            generation=generation,
+            rank=fault.rank,
+            pid=fault.pid,
+            fault_kind=fault.kind,
+            returncode=fault.returncode,
+            last_step=fault.last_step,
+            detect_seconds=fault.detect_seconds,
+            injected=fault.injected,
+            detail=fault.detail,
+            error_excerpt=fault.error_excerpt,
+            description=fault.describe(),
+        )
+
+    def summary(self) -> str:
+        took = f"; detected {self.detect_seconds:.3f} s after it occurred" if (
+            self.detect_seconds is not None) else ""
+        return f"fault: {self.description}{took}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionMade(Event):
+    KIND: ClassVar[str] = "decision"
+    generation: int
+    strategy: str  # "exit" = job-level restart (H2); "fail" = stop the job
+    reason: str
+    restarts_left: int
+
+    def summary(self) -> str:
+        return f"decision: {self.strategy} ({self.reason}; {self.restarts_left} restarts left)"
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryCompleted(Event):
+    KIND: ClassVar[str] = "recovery-completed"
+    generation: int
+    fault_rank: int
+    strategy: str
+    detect_seconds: float | None
+    recover_seconds: float  # fault (or its detection when unknown) -> every rank stepping again
+    steps_lost: int  # completed steps that had to be redone
+    restore_source: str
+    restore_step: int
+
+    def summary(self) -> str:
+        return (f"recovered: every rank stepping again {self.recover_seconds:.2f} s after the "
+                f"fault; state of step {self.restore_step} from {self.restore_source}; "
+                f"{self.steps_lost} completed steps lost")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointPersisted(Event):
+    KIND: ClassVar[str] = "checkpoint-persisted"
+    step: int
+    path: str
+    nbytes: int
+    seconds: float
+
+    def summary(self) -> str:
+        return f"checkpoint of step {self.step} persisted to {self.path} in {self.seconds:.2f} s"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointRejected(Event):
+    KIND: ClassVar[str] = "checkpoint-rejected"
+    path: str
+    reason: str
+
+    def summary(self) -> str:
+        return f"checkpoint skipped: {self.path}: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultInjectionRequested(Event):
+    KIND: ClassVar[str] = "fault-injection"
+    rank: int
+    kind: str
+    at_step: int | None
+
+    def summary(self) -> str:
+        when = f" at step {self.at_step}" if self.at_step is not None else " now"
+        return f"injecting {self.kind} into rank {self.rank}{when}"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobFinished(Event):
+    KIND: ClassVar[str] = "job-finished"
+    outcome: JobOutcome
+    reason: str
+    generations: int
+    restarts_used: int
+    exit_code: int
+    wall_seconds: float
+
+    def summary(self) -> str:
+        return f"job {self.outcome}: {self.reason}"

@@ -1,0 +1,85 @@
+"""Faults of training processes (SPEC D7): exits, signals and hangs."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import signal
+
+__all__ = [
+    "GenerationOutcome",
+    "OutcomeKind",
+    "ProcessFault",
+    "ProcessFaultKind",
+    "describe_returncode",
+]
+
+
+class ProcessFaultKind(enum.StrEnum):
+    EXITED = "exited"  # the process exited with a non-zero code (an uncaught exception: 1)
+    SIGNALED = "signaled"  # the process was ended by a signal (SIGKILL, SIGSEGV, ...)
+    HUNG = "hung"  # the process lives but missed its heartbeat deadline
+    RAISED = "raised"  # an uncaught exception, reported by the worker as it began to exit
+
+
+def describe_returncode(returncode: int) -> str:
+    """``-9`` -> ``"SIGKILL"``, ``1`` -> ``"exit code 1"`` (subprocess's convention)."""
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessFault:
+    """One rank's fault as the agent saw it.
+
+    Times are monotonic seconds. ``occurred_at`` is known only when the fault was injected (the
+    worker reports the moment); otherwise the detection time is the best estimate.
+    """
+
+    rank: int
+    pid: int
+    kind: ProcessFaultKind
+    detected_at: float
+    returncode: int | None = None
+    last_step: int | None = None
+    occurred_at: float | None = None
+    injected: str | None = None  # the injected fault's kind, when it was injected
+    detail: str = ""
+    error_excerpt: str = ""
+
+    @property
+    def detect_seconds(self) -> float | None:
+        if self.occurred_at is None:
+            return None
+        return max(0.0, self.detected_at - self.occurred_at)
+
+    def describe(self) -> str:
+        if self.kind is ProcessFaultKind.HUNG:
+            what = f"hung ({self.detail})" if self.detail else "hung"
+        elif self.kind is ProcessFaultKind.RAISED:
+            what = f"raised {self.detail}" if self.detail else "raised an exception"
+        elif self.returncode is not None:
+            what = f"failed with {describe_returncode(self.returncode)}"
+        else:
+            what = str(self.kind)
+        where = f" at step {self.last_step}" if self.last_step is not None else ""
+        cause = f" [injected {self.injected}]" if self.injected else ""
+        return f"rank {self.rank} (pid {self.pid}) {what}{where}{cause}"
+
+
+class OutcomeKind(enum.StrEnum):
+    SUCCEEDED = "succeeded"  # every rank exited with 0
+    FAULT = "fault"  # a rank failed or hung
+    STOP_REQUESTED = "stop-requested"  # a worker got SIGTERM, or the job was told to stop
+    FATAL = "fatal"  # a problem no restart can fix (not enough memory for snapshots)
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationOutcome:
+    kind: OutcomeKind
+    fault: ProcessFault | None = None
+    detail: str = ""

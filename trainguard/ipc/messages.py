@@ -1,0 +1,346 @@
+"""Messages between a training process (or a control client) and the node agent.
+
+Wire format: one JSON object per line, UTF-8, over the agent's Unix stream socket. Every object
+has ``"type"`` (the message name below) and the message's fields by name. Times are
+``time.monotonic()`` seconds, which all processes of one host share (CLOCK_MONOTONIC).
+
+A training process opens the connection with :class:`Hello`; a control client (the ``trainguard
+fault`` command, tests) sends requests without one. Requests carry a ``request_id`` and are answered
+by a message with the same id. The training side never waits for the agent except on the two
+requests it makes outside the training step (:class:`ReserveSlot`, :class:`RestorePlanRequest`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from typing import Any, ClassVar, Union
+
+__all__ = [
+    "Activity",
+    "ActivityKind",
+    "ControlReply",
+    "FaultInjected",
+    "Hello",
+    "InjectFault",
+    "InjectRequest",
+    "InjectionKind",
+    "Message",
+    "MessageError",
+    "RequestFailed",
+    "ReserveSlot",
+    "RestorePlan",
+    "RestorePlanRequest",
+    "RestoreSource",
+    "SlotGranted",
+    "SnapshotCommitted",
+    "StepMark",
+    "StepPhase",
+    "StopAt",
+    "StopRequested",
+    "WorkerFailing",
+    "decode",
+    "encode",
+]
+
+
+class MessageError(ValueError):
+    """A line that is not a valid message; ``field`` names the offending field, if one."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InjectionKind(enum.StrEnum):
+    """Faults that ``trainguard fault inject`` can cause in a worker."""
+
+    CRASH = "crash"  # SIGKILL: the process vanishes, as on a device or host loss
+    HANG = "hang"  # SIGSTOP: the process stays but makes no progress
+    EXCEPTION = "exception"  # a real Python exception raised in the training step
+
+
+class StepPhase(enum.StrEnum):
+    BEGIN = "begin"
+    END = "end"
+
+
+class ActivityKind(enum.StrEnum):
+    """Long operations outside a step, during which the hang deadline is the long-operation one."""
+
+    CHECKPOINT = "checkpoint"
+    RESTORE = "restore"
+    USER = "user"  # work the script declared with Session.busy(), such as an evaluation
+
+
+class RestoreSource(enum.StrEnum):
+    MEMORY = "memory"
+    DISK = "disk"
+    NONE = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """Base of all messages; ``TYPE`` is the wire name."""
+
+    TYPE: ClassVar[str] = ""
+
+
+# --- training process -> agent ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Hello(Message):
+    TYPE: ClassVar[str] = "hello"
+    rank: int
+    local_rank: int
+    pid: int
+    generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMark(Message):
+    """Start or end of a training step; doubles as the heartbeat."""
+
+    TYPE: ClassVar[str] = "step"
+    step: int
+    phase: StepPhase
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Activity(Message):
+    TYPE: ClassVar[str] = "activity"
+    kind: ActivityKind
+    active: bool
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotCommitted(Message):
+    """A snapshot is complete in shared-memory slot ``slot``; ``step`` is the step to resume at."""
+
+    TYPE: ClassVar[str] = "snapshot"
+    step: int
+    slot: int
+    seq: int
+    nbytes: int
+    copy_seconds: float
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultInjected(Message):
+    """Sent just before an injected fault takes effect, so the agent knows when it happened."""
+
+    TYPE: ClassVar[str] = "fault-injected"
+    kind: InjectionKind
+    step: int
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerFailing(Message):
+    """An uncaught exception is ending the worker; sent before the (slow) interpreter teardown."""
+
+    TYPE: ClassVar[str] = "failing"
+    error: str
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StopRequested(Message):
+    """The worker got SIGTERM; the agent coordinates a stop of every rank at one step."""
+
+    TYPE: ClassVar[str] = "stop-requested"
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ReserveSlot(Message):
+    """Ask for shared-memory slot ``slot`` (0 or 1) of at least ``nbytes``."""
+
+    TYPE: ClassVar[str] = "reserve-slot"
+    request_id: int
+    slot: int
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RestorePlanRequest(Message):
+    TYPE: ClassVar[str] = "restore-plan-request"
+    request_id: int
+
+
+# --- agent -> training process ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotGranted(Message):
+    """``path`` opens the slot's memory (the agent owns it); ``capacity`` in bytes."""
+
+    TYPE: ClassVar[str] = "slot-granted"
+    request_id: int
+    slot: int
+    path: str
+    capacity: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RestorePlan(Message):
+    """Where this rank's state comes from; every rank of a generation gets the same ``step``.
+
+    ``slot_paths`` lists the rank's two memory slots (their memory may not exist yet: empty
+    string); ``next_slot`` is where the next snapshot goes, so the restored one stays intact.
+    """
+
+    TYPE: ClassVar[str] = "restore-plan"
+    request_id: int
+    source: RestoreSource
+    step: int
+    path: str
+    next_slot: int
+    slot_paths: list[str]
+    note: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestFailed(Message):
+    TYPE: ClassVar[str] = "request-failed"
+    request_id: int
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class InjectFault(Message):
+    """Cause ``kind`` at the start of step ``at_step`` (or the next step when None)."""
+
+    TYPE: ClassVar[str] = "inject"
+    kind: InjectionKind
+    at_step: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StopAt(Message):
+    """Finish step ``step``, save the state (dying checkpoint) and exit."""
+
+    TYPE: ClassVar[str] = "stop-at"
+    step: int
+
+
+# --- control client <-> agent ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class InjectRequest(Message):
+    TYPE: ClassVar[str] = "inject-request"
+    request_id: int
+    rank: int
+    kind: InjectionKind
+    at_step: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlReply(Message):
+    TYPE: ClassVar[str] = "control-reply"
+    request_id: int
+    ok: bool
+    detail: str
+
+
+_TYPES: dict[str, type[Message]] = {
+    cls.TYPE: cls
+    for cls in (
+        Hello,
+        StepMark,
+        Activity,
+        SnapshotCommitted,
+        FaultInjected,
+        WorkerFailing,
+        StopRequested,
+        ReserveSlot,
+        RestorePlanRequest,
+        SlotGranted,
+        RestorePlan,
+        RequestFailed,
+        InjectFault,
+        StopAt,
+        InjectRequest,
+        ControlReply,
+    )
+}
+
+
+def encode(message: Message) -> bytes:
+    """One line of the wire format, newline included."""
+    body: dict[str, Any] = {"type": message.TYPE}
+    for field in dataclasses.fields(message):
+        body[field.name] = getattr(message, field.name)
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> Message:
+    """Parse one line of the wire format.
+
+    Raises:
+        MessageError: not JSON, an unknown type, a missing or extra field, or a field of the
+            wrong type; the error names the field.
+    """
+    try:
+        body = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise MessageError(f"not a JSON message: {line[:80]!r}") from error
+    if not isinstance(body, dict):
+        raise MessageError(f"a message must be a JSON object, got {type(body).__name__}")
+    name = body.pop("type", None)
+    cls = _TYPES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise MessageError(f"unknown message type {name!r}", field="type")
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name not in body:
+            raise MessageError(f"{cls.TYPE}: missing field {field.name!r}", field=field.name)
+        values[field.name] = _check(cls.TYPE, field.name, hints[field.name], body.pop(field.name))
+    if body:
+        extra = ", ".join(sorted(body))
+        raise MessageError(f"{cls.TYPE}: unknown field(s) {extra}", field=sorted(body)[0])
+    return cls(**values)
+
+
+def _check(message: str, field: str, expected: Any, value: Any) -> Any:
+    """Return ``value`` converted to ``expected`` (enums), or raise naming the field."""
+    if typing.get_origin(expected) in (Union, types.UnionType):
+        options = typing.get_args(expected)
+        if value is None and type(None) in options:
+            return None
+        (expected,) = (option for option in options if option is not type(None))
+    origin = typing.get_origin(expected)
+    if origin is list:
+        (item,) = typing.get_args(expected)
+        if isinstance(value, list):
+            return [_check(message, field, item, element) for element in value]
+    elif isinstance(expected, type) and issubclass(expected, enum.Enum):
+        try:
+            return expected(value)
+        except ValueError:
+            allowed = ", ".join(str(member.value) for member in expected)
+            raise MessageError(
+                f"{message}: field {field!r} is {value!r}, expected one of {allowed}", field=field
+            ) from None
+    elif expected is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    elif _plain(value, expected):
+        return value
+    name = getattr(expected, "__name__", expected)
+    raise MessageError(f"{message}: field {field!r} is {value!r}, expected {name}", field=field)
+
+
+def _plain(value: Any, expected: Any) -> bool:
+    """``isinstance`` for int, str and bool, except that a bool is no int."""
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return expected in (str, bool) and isinstance(value, expected)

@@ -1,0 +1,198 @@
+"""The embedded default: controller, node agent and state store in one ``trainguard run`` process.
+
+Wiring only. The state store is SQLite in the run directory; the controller drives this host's
+agent directly instead of over the network. SIGINT/SIGTERM (torchrun's ``--signals-to-handle``)
+stop the job gracefully with a dying checkpoint; a second signal stops it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import statistics
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from trainguard import clock as clocks
+from trainguard.agent import (
+    checkpoint_disk,
+    checkpoint_memory,
+    node_agent,
+    persister_client,
+    snapshot_slots,
+)
+from trainguard.controller import job_controller, policy
+from trainguard.detect import heartbeat
+from trainguard.faults import events
+from trainguard.store import api as store_api
+from trainguard.store import recorder, sqlite
+
+__all__ = ["LaunchError", "RunObserver", "RunReport", "RunSettings", "base_environment", "run"]
+
+logger = logging.getLogger(__name__)
+
+STORE_NAME = "state.db"
+
+
+class LaunchError(RuntimeError):
+    """A problem found before any worker starts; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    agent: node_agent.AgentSettings
+    heartbeat: heartbeat.HeartbeatSettings = dataclasses.field(
+        default_factory=heartbeat.HeartbeatSettings)
+    checkpoint: checkpoint_memory.CheckpointSettings = dataclasses.field(
+        default_factory=checkpoint_memory.CheckpointSettings)
+    recovery: policy.RecoverySettings = dataclasses.field(
+        default_factory=policy.RecoverySettings)
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                                           signal.SIGQUIT)
+    snapshot_memory: int = 0
+    """Bytes of snapshot memory to reserve per slot (two per rank) before any worker starts, so
+    that too little memory is an error at once; 0 reserves at the first snapshot."""
+    progress_interval: float = 5.0
+    """Seconds between progress lines on the console (0: none)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReport:
+    result: job_controller.JobResult
+    run_dir: Path
+    store_path: Path
+    checkpoint_dir: Path
+    step_seconds: float | None  # median time from one step's start to the next's, rank 0
+    snapshot_seconds: float | None  # median time training was blocked per snapshot
+    training_seconds: float | None  # first step started -> job ended
+
+    @property
+    def goodput(self) -> float | None:
+        """Share of the training time that produced the final state: steps kept x step time."""
+        if not self.step_seconds or not self.training_seconds:
+            return None
+        return min(1.0, self.result.resume_step * self.step_seconds / self.training_seconds)
+
+
+class RunObserver(Protocol):
+    def started(self, *, run_dir: Path, store_path: Path, checkpoint_dir: Path) -> None: ...
+    def event(self, event: events.Event) -> None: ...
+    def progress(self, progress: node_agent.Progress) -> None: ...
+
+
+def base_environment(nproc_per_node: int, environ: Mapping[str, str] = os.environ
+                     ) -> dict[str, str]:
+    """The workers' shared environment: ours, and OMP_NUM_THREADS=1 for several ranks (torchrun)."""
+    env = dict(environ)
+    if nproc_per_node > 1 and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> RunReport:
+    """Run the job to its end.
+
+    Raises:
+        LaunchError: the checkpoint directory or the snapshot memory is unusable (nothing has
+            started).
+    """
+    agent_settings = settings.agent
+    run_dir = agent_settings.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint_dir = settings.checkpoint.checkpoint_dir or run_dir / "checkpoints"
+    directory = checkpoint_disk.CheckpointDirectory(checkpoint_dir)
+    slots = snapshot_slots.SnapshotSlots()
+    try:
+        directory.ensure_writable()
+        store = sqlite.SqliteStore.open(run_dir / STORE_NAME)
+        for rank in range(agent_settings.nproc_per_node):
+            for slot in range(snapshot_slots.SLOTS_PER_RANK):
+                if settings.snapshot_memory:
+                    slots.grant(rank, slot, settings.snapshot_memory)
+    except (checkpoint_disk.CheckpointError, store_api.StoreError,
+            snapshot_slots.SnapshotMemoryError) as error:
+        slots.close()
+        raise LaunchError(str(error)) from error
+    clock = clocks.SystemClock()
+    events_recorder = recorder.EventRecorder(store, clock)
+    env = base_environment(agent_settings.nproc_per_node)
+    memory = checkpoint_memory.CheckpointMemory(
+        settings.checkpoint, job=agent_settings.run_id, world_size=agent_settings.nproc_per_node,
+        directory=directory, slots=slots, persister=persister_client.PersisterClient(env=env),
+        record=events_recorder.record, clock=clock)
+
+    def note_injection(rank: int, kind: object, at_step: int | None) -> None:
+        events_recorder.record(events.FaultInjectionRequested(
+            job=agent_settings.run_id, rank=rank, kind=str(kind), at_step=at_step))
+
+    agent = node_agent.NodeAgent(
+        agent_settings, detector=heartbeat.HangDetector(settings.heartbeat), checkpoints=memory,
+        clock=clock, base_env=env, on_injection=note_injection)
+    controller = job_controller.JobController(
+        settings.recovery, job=agent_settings.run_id, world_size=agent_settings.nproc_per_node,
+        agent=agent, recorder=events_recorder, clock=clock)
+    if observer is not None:
+        events_recorder.subscribe(observer.event)
+        observer.started(run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir)
+    main = asyncio.current_task()
+    assert main is not None
+    with _signals_stop(settings.signals, controller, main):
+        progress = asyncio.create_task(_report_progress(agent, observer, settings))
+        try:
+            await agent.start()
+            result = await controller.run()
+        finally:
+            progress.cancel()
+            await asyncio.gather(progress, return_exceptions=True)
+            await agent.close()
+            store.close()
+    return RunReport(
+        result=result, run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir,
+        step_seconds=statistics.median(agent.step_intervals) if agent.step_intervals else None,
+        snapshot_seconds=(statistics.median(agent.snapshot_seconds)
+                          if agent.snapshot_seconds else None),
+        training_seconds=(clock.monotonic() - agent.first_step_at
+                          if agent.first_step_at is not None else None))
+
+
+@contextlib.contextmanager
+def _signals_stop(signals: tuple[signal.Signals, ...], controller: job_controller.JobController,
+                  main: asyncio.Task[RunReport]) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    received: list[signal.Signals] = []
+
+    def handle(signum: signal.Signals) -> None:
+        if received:
+            logger.warning("second signal %s: stopping the workers now", signum.name)
+            main.cancel()
+            return
+        received.append(signum)
+        logger.warning("received %s: stopping the job after a dying checkpoint (send it again "
+                       "to stop at once)", signum.name)
+        controller.request_stop(f"received {signum.name}", exit_code=128 + signum)
+
+    installed = []
+    for signum in signals:
+        with contextlib.suppress(ValueError, RuntimeError):
+            loop.add_signal_handler(signum, handle, signum)
+            installed.append(signum)
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+async def _report_progress(agent: node_agent.NodeAgent, observer: RunObserver | None,
+                           settings: RunSettings) -> None:
+    if observer is None or settings.progress_interval <= 0:
+        return
+    while True:
+        await asyncio.sleep(settings.progress_interval)
+        observer.progress(agent.progress())
+

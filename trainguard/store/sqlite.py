@@ -1,0 +1,115 @@
+"""Embedded state store: one SQLite file, in WAL mode so readers never block the writer.
+
+Tables: ``events(id INTEGER PRIMARY KEY, time TEXT, kind TEXT, data TEXT)`` and
+``documents(name TEXT PRIMARY KEY, data TEXT, revision INTEGER, updated TEXT)``; ``data`` is JSON,
+``time``/``updated`` ISO-8601 UTC. One process writes (the ``trainguard run`` that owns the run
+directory); any number of commands may read at the same time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainguard.store import api
+
+__all__ = ["SqliteStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS documents (
+    name TEXT PRIMARY KEY, data TEXT NOT NULL, revision INTEGER NOT NULL, updated TEXT NOT NULL
+);
+"""
+
+
+class SqliteStore:
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+        self._connection = connection
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path, *, read_only: bool = False) -> SqliteStore:
+        """Open (and for writers create) the store at ``path``.
+
+        Raises:
+            api.StoreError: the file cannot be created or is not a trainguard store.
+        """
+        try:
+            if read_only:
+                if not path.exists():
+                    raise api.StoreError(f"no state store at {path}")
+                connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                connection = sqlite3.connect(path, timeout=10)
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=NORMAL")
+                connection.executescript(_SCHEMA)
+                connection.commit()
+        except (sqlite3.Error, OSError) as error:
+            raise api.StoreError(f"cannot open the state store {path}: {error}") from error
+        return cls(connection, path)
+
+    def append_event(self, kind: str, data: dict[str, Any], *, time: str) -> int:
+        with self._write() as connection:
+            cursor = connection.execute(
+                "INSERT INTO events (time, kind, data) VALUES (?, ?, ?)",
+                (time, kind, json.dumps(data, sort_keys=True)),
+            )
+        return int(cursor.lastrowid or 0)
+
+    def events(self, *, after_id: int = 0, kinds: Sequence[str] = ()) -> list[api.StoredEvent]:
+        query = "SELECT id, time, kind, data FROM events WHERE id > ?"
+        parameters: list[Any] = [after_id]
+        if kinds:
+            query += f" AND kind IN ({', '.join('?' for _ in kinds)})"
+            parameters.extend(kinds)
+        rows = self._read(query + " ORDER BY id", parameters)
+        return [api.StoredEvent(row[0], row[1], row[2], json.loads(row[3])) for row in rows]
+
+    def put_document(self, name: str, data: dict[str, Any], *, time: str) -> int:
+        with self._write() as connection:
+            row = connection.execute(
+                "SELECT revision FROM documents WHERE name = ?", (name,)
+            ).fetchone()
+            revision = 1 if row is None else int(row[0]) + 1
+            connection.execute(
+                "INSERT OR REPLACE INTO documents (name, data, revision, updated) "
+                "VALUES (?, ?, ?, ?)",
+                (name, json.dumps(data, sort_keys=True), revision, time),
+            )
+        return revision
+
+    def get_document(self, name: str) -> api.Document | None:
+        rows = self._read(
+            "SELECT name, data, revision, updated FROM documents WHERE name = ?", [name]
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        return api.Document(row[0], json.loads(row[1]), int(row[2]), row[3])
+
+    def close(self) -> None:
+        self._connection.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction: committed on success, rolled back on error."""
+        try:
+            with self._connection:
+                yield self._connection
+        except sqlite3.Error as error:
+            raise api.StoreError(f"cannot write the state store {self.path}: {error}") from error
+
+    def _read(self, query: str, parameters: Sequence[Any]) -> list[Any]:
+        try:
+            return self._connection.execute(query, parameters).fetchall()
+        except sqlite3.Error as error:
+            raise api.StoreError(f"cannot read the state store {self.path}: {error}") from error

@@ -1,0 +1,201 @@
+"""Copy a state tree into a snapshot slot, and read one back (layout: ipc.snapshot_layout).
+
+The state tree is pickled with every tensor replaced by a persistent id, so pickling costs
+microseconds whatever the model size; the tensors' bytes are then copied straight into the
+memory-mapped slot with ``Tensor.copy_``, which is the stall training pays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import mmap
+import os
+import pickle
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from trainguard.ipc import snapshot_layout
+
+__all__ = [
+    "MappedSlot",
+    "Prepared",
+    "SnapshotError",
+    "flatten",
+    "prepare",
+    "read_snapshot",
+]
+
+
+class SnapshotError(RuntimeError):
+    """A state that cannot be snapshotted, or a snapshot that cannot be read."""
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def flatten(tree: Any) -> tuple[bytes, list[torch.Tensor]]:
+    """Pickle ``tree`` with tensors taken out; returns (pickle, tensors by persistent id)."""
+    tensors: list[torch.Tensor] = []
+    index: dict[int, int] = {}
+    buffer = io.BytesIO()
+
+    class _Pickler(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> int | None:
+            if not isinstance(obj, torch.Tensor):
+                return None
+            if obj.layout is not torch.strided or obj.is_quantized:
+                raise SnapshotError(f"cannot snapshot a {obj.layout} tensor; convert it to dense")
+            key = id(obj)
+            if key not in index:
+                index[key] = len(tensors)
+                tensors.append(obj.detach())
+            return index[key]
+
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(tree)
+    return buffer.getvalue(), tensors
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A state tree laid out for a slot: what to write where, and the bytes needed."""
+
+    skeleton: bytes
+    tensors: list[torch.Tensor]
+    entries: list[snapshot_layout.TensorEntry]
+    table: bytes
+    payload_offset: int
+    payload_len: int
+
+    @property
+    def table_offset(self) -> int:
+        return snapshot_layout.HEADER_SIZE
+
+    @property
+    def skeleton_offset(self) -> int:
+        return self.table_offset + len(self.table)
+
+    @property
+    def nbytes(self) -> int:
+        return self.payload_offset + self.payload_len
+
+
+def prepare(tree: Any) -> Prepared:
+    skeleton, tensors = flatten(tree)
+    entries = []
+    offset = 0
+    for tensor in tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        entries.append(snapshot_layout.TensorEntry(
+            _dtype_name(tensor.dtype), tuple(tensor.shape), offset, nbytes))
+        offset = snapshot_layout.align(offset + nbytes)
+    table = snapshot_layout.encode_table(entries)
+    head = snapshot_layout.HEADER_SIZE + len(table) + len(skeleton)
+    payload_offset = -(-head // mmap.PAGESIZE) * mmap.PAGESIZE
+    return Prepared(skeleton, tensors, entries, table, payload_offset, offset)
+
+
+class MappedSlot:
+    """One shared-memory slot mapped into this process for writing."""
+
+    def __init__(self, path: str) -> None:
+        descriptor = os.open(path, os.O_RDWR)
+        try:
+            self.capacity = os.fstat(descriptor).st_size
+            # MAP_POPULATE maps every page now, so the first copy does not pay page faults.
+            self.memory = mmap.mmap(descriptor, self.capacity,
+                                    flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+        finally:
+            os.close(descriptor)
+        self.bytes = torch.frombuffer(self.memory, dtype=torch.uint8)
+        self.path = path
+
+    def close(self) -> None:
+        del self.bytes
+        self.memory.close()
+
+    def write(self, snapshot: Prepared, *, step: int, generation: int, rank: int,
+              world_size: int) -> int:
+        """Copy ``snapshot`` in under the sequence lock; returns the committed seq.
+
+        Raises:
+            SnapshotError: it does not fit the slot.
+        """
+        if snapshot.nbytes > self.capacity:
+            raise SnapshotError(
+                f"snapshot of {snapshot.nbytes} bytes does not fit the slot's {self.capacity}")
+        previous = snapshot_layout.read_seq(self.memory)
+        writing = previous + 1 if previous % 2 == 0 else previous + 2
+        snapshot_layout.write_seq(self.memory, writing)
+        self.memory[snapshot.table_offset : snapshot.skeleton_offset] = snapshot.table
+        end = snapshot.skeleton_offset + len(snapshot.skeleton)
+        self.memory[snapshot.skeleton_offset : end] = snapshot.skeleton
+        for tensor, entry in zip(snapshot.tensors, snapshot.entries, strict=True):
+            if entry.nbytes:
+                start = snapshot.payload_offset + entry.offset
+                target = self.bytes[start : start + entry.nbytes].view(tensor.dtype)
+                target.view(tensor.shape).copy_(tensor)
+        header = snapshot_layout.SnapshotHeader(
+            seq=writing, step=step, generation=generation, rank=rank, world_size=world_size,
+            table_offset=snapshot.table_offset, table_len=len(snapshot.table),
+            skeleton_offset=snapshot.skeleton_offset, skeleton_len=len(snapshot.skeleton),
+            payload_offset=snapshot.payload_offset, payload_len=snapshot.payload_len,
+            created_unix_ns=time.time_ns())
+        packed = header.pack()
+        self.memory[: len(packed)] = packed
+        snapshot_layout.write_seq(self.memory, writing + 1)
+        return writing + 1
+
+
+def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone
+                  ) -> tuple[snapshot_layout.SnapshotHeader, Any]:
+    """Read a committed snapshot (memory slot or shard file) into new tensors.
+
+    Raises:
+        SnapshotError: the file is not a complete snapshot.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError as error:
+        raise SnapshotError(f"cannot open snapshot {path}: {error}") from error
+    try:
+        size = os.fstat(descriptor).st_size
+        # A private writable mapping: torch.frombuffer wants a writable buffer, and no write
+        # through it can reach the file.
+        memory = mmap.mmap(descriptor, size, flags=mmap.MAP_PRIVATE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(descriptor)
+    try:
+        header = snapshot_layout.SnapshotHeader.unpack(memory, size=size)
+        if not header.committed:
+            raise SnapshotError(f"{path} holds no complete snapshot (seq {header.seq})")
+        entries = snapshot_layout.decode_table(
+            memory[header.table_offset : header.table_offset + header.table_len])
+        skeleton = memory[header.skeleton_offset : header.skeleton_offset + header.skeleton_len]
+        raw = torch.frombuffer(memory, dtype=torch.uint8)
+        tensors = []
+        for entry in entries:
+            dtype = getattr(torch, entry.dtype)
+            start = header.payload_offset + entry.offset
+            if entry.nbytes:
+                view = raw[start : start + entry.nbytes].view(dtype).view(entry.shape)
+                tensors.append(copy(view))
+            else:
+                tensors.append(torch.empty(entry.shape, dtype=dtype))
+        del raw
+
+        class _Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid: Any) -> Any:
+                return tensors[int(pid)]
+
+        tree = _Unpickler(io.BytesIO(skeleton)).load()
+    except snapshot_layout.LayoutError as error:
+        raise SnapshotError(f"{path}: {error}") from error
+    finally:
+        memory.close()
+    return header, tree
