@@ -9,7 +9,9 @@ Layout under the checkpoint directory::
 
 manifest.json: ``{"format": "trainguard-checkpoint", "version": 1, "step", "world_size",
 "created" (ISO-8601 UTC), "shards": [{"rank", "file", "nbytes", "xxh3_64" (16 hex digits)}]}``.
-A step directory without a valid manifest is partial (a writer died) and is never loaded.
+A checkpoint is written in ``step-000000120.partial-<nonce>/`` and renamed to its final name once
+its manifest is durable, so a writer that dies leaves only a ``.partial-`` directory, which is
+never loaded and is removed later. A step directory without a valid manifest is never loaded.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ MANIFEST_NAME = "manifest.json"
 _FORMAT = "trainguard-checkpoint"
 _VERSION = 1
 _READ_CHUNK = 8 << 20
+_PARTIAL = ".partial-"
 
 
 class CheckpointError(RuntimeError):
@@ -127,6 +130,21 @@ class CheckpointDirectory:
     def step_dir(self, step: int) -> Path:
         return self.root / step_dir_name(step)
 
+    def partial_dir(self, step: int) -> Path:
+        """A new directory to write the checkpoint of ``step`` into before publishing it."""
+        return self.root / f"{step_dir_name(step)}{_PARTIAL}{uuid.uuid4().hex[:8]}"
+
+    def publish(self, partial: Path, step: int) -> Path:
+        """Give a complete checkpoint its final name, replacing an older one of the same step."""
+        final = self.step_dir(step)
+        if final.exists():
+            replaced = self.root / f"{final.name}{_PARTIAL}replaced-{uuid.uuid4().hex[:8]}"
+            final.rename(replaced)
+            shutil.rmtree(replaced, ignore_errors=True)
+        partial.rename(final)
+        sync_directory(self.root)
+        return final
+
     def step_dirs(self) -> list[tuple[int, Path]]:
         """Every step directory, complete or not, newest first."""
         found = []
@@ -192,8 +210,12 @@ class CheckpointDirectory:
         sync_directory(self.root)
 
     def retain(self, keep: int) -> list[Path]:
-        """Keep the newest ``keep`` complete checkpoints; drop older ones and older partial ones."""
+        """Keep the newest ``keep`` complete checkpoints; drop older ones, partial ones and the
+        leftovers of writers that died (call it only while nothing is being written)."""
         removed = []
+        for leftover in self.root.glob(f"step-*{_PARTIAL}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+            removed.append(leftover)
         complete = 0
         for _, directory in self.step_dirs():
             if (directory / MANIFEST_NAME).exists():

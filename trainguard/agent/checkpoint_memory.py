@@ -16,6 +16,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.agent import checkpoint_disk, persister_client, snapshot_slots
@@ -25,6 +26,8 @@ from trainguard.ipc import messages
 __all__ = ["CheckpointMemory", "CheckpointSettings", "RestoreChoice"]
 
 logger = logging.getLogger(__name__)
+
+_PERSIST_ATTEMPTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,17 +130,14 @@ class CheckpointMemory:
     async def _run(self) -> None:
         while True:
             due = self._last_persist + self.settings.persist_interval - self._clock.monotonic()
+            # Once a write is due, the next committed snapshot triggers it.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(due, 0.05))
+                await asyncio.wait_for(self._wake.wait(), timeout=due if due > 0 else None)
             self._wake.clear()
-            newest = self.newest_complete()
-            if newest is None or newest[0] <= self._persisted_step:
-                continue
-            step, states = newest
             if self._clock.monotonic() - self._last_persist >= self.settings.persist_interval:
-                await self.persist(step, states)
-            elif step > self._hashed_step:
-                await self._hash(step, states)
+                await self.flush()
+            else:
+                await self._hash_newest()
 
     def _shards(self, states: list[snapshot_slots.SlotState]) -> list[dict[str, object]]:
         return [
@@ -146,44 +146,59 @@ class CheckpointMemory:
             for state in states
         ]
 
-    async def _hash(self, step: int, states: list[snapshot_slots.SlotState]) -> None:
+    async def _hash_newest(self) -> None:
         async with self._busy:
+            newest = self.newest_complete()
+            if newest is None or newest[0] <= max(self._hashed_step, self._persisted_step):
+                return
+            step, states = newest
             try:
                 await self._persister.call({"op": "hash", "shards": self._shards(states)})
                 self._hashed_step = step
             except persister_client.PersisterLostError as error:
                 logger.warning("checksumming the snapshot of step %d failed: %s", step, error)
 
-    async def persist(self, step: int, states: list[snapshot_slots.SlotState]) -> bool:
-        """Write the complete snapshot of ``step`` to disk; True when it is durable."""
+    async def flush(self) -> bool:
+        """Persist the newest complete snapshot unless the disk has it; True when it is durable.
+
+        The newest snapshot is looked up only once the persister is free, and looked up again if
+        a worker reused a slot before the persister copied it out (a slot is reused two
+        snapshots later; on a busy host the persister may get the CPU later than that).
+        """
         async with self._busy:
-            if step <= self._persisted_step:
-                return True
-            self._last_persist = self._clock.monotonic()
-            command = {
-                "op": "persist", "step": step, "world_size": self._world_size,
-                "root": str(self.directory.root), "keep": self.settings.keep_checkpoints,
-                "bandwidth": self.settings.persist_bandwidth, "shards": self._shards(states),
-            }
-            try:
-                reply = await self._persister.call(command)
-            except persister_client.PersisterLostError as error:
-                logger.warning("persisting step %d failed: %s", step, error)
-                return False
-            if reply["op"] != "persisted":
-                logger.warning("persisting step %d failed: %s", step, reply["error"])
-                return False
+            for attempt in range(1, _PERSIST_ATTEMPTS + 1):
+                newest = self.newest_complete()
+                if newest is None or newest[0] <= self._persisted_step:
+                    return True
+                self._last_persist = self._clock.monotonic()
+                reply = await self._persist(*newest)
+                if reply is None:
+                    return False
+                if reply["op"] == "persisted":
+                    return True
+                if not reply.get("overwritten") or attempt == _PERSIST_ATTEMPTS:
+                    logger.warning("persisting step %d failed: %s", newest[0], reply["error"])
+                    return False
+            return False
+
+    async def _persist(self, step: int, states: list[snapshot_slots.SlotState]
+                       ) -> dict[str, Any] | None:
+        command = {
+            "op": "persist", "step": step, "world_size": self._world_size,
+            "root": str(self.directory.root), "keep": self.settings.keep_checkpoints,
+            "bandwidth": self.settings.persist_bandwidth, "shards": self._shards(states),
+        }
+        try:
+            reply = await self._persister.call(command)
+        except persister_client.PersisterLostError as error:
+            logger.warning("persisting step %d failed: %s", step, error)
+            return None
+        if reply["op"] == "persisted":
             self._persisted_step = step
             self._record(events.CheckpointPersisted(
                 job=self._job, step=step, path=str(reply["path"]), nbytes=int(reply["nbytes"]),
                 seconds=float(reply["seconds"])))
-            return True
-
-    async def flush(self) -> None:
-        """Persist the newest complete snapshot if the disk does not have it yet."""
-        newest = self.newest_complete()
-        if newest is not None and newest[0] > self._persisted_step:
-            await self.persist(*newest)
+        return reply
 
     # --- restore -----------------------------------------------------------------------------
 

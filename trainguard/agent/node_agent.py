@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -41,6 +41,7 @@ __all__ = ["AgentSettings", "InjectionError", "NodeAgent", "PlannedFault", "Prog
 logger = logging.getLogger(__name__)
 
 AGENT_FILE = "agent.json"
+_ATTRIBUTION_SECONDS = 0.1  # how long an exception report waits for a rank's death to explain it
 
 
 class InjectionError(ValueError):
@@ -233,21 +234,30 @@ class NodeAgent:
 
     def _hang_fault(self, generation: workers.Generation,
                     overdue: Sequence[heartbeat.Overdue]) -> process.ProcessFault:
-        """The hung rank: a stopped process if there is one, else the one silent longest.
+        """Which rank hung, once any rank is overdue.
 
-        The other ranks are usually silent too, blocked in a collective waiting for it.
+        The others are usually silent too, blocked in a collective waiting for it, and may even
+        have gone silent first. So: a stopped process if there is one; else the rank furthest
+        behind (it never reached the collective the others wait in); else the longest silent.
         """
-        def stopped(item: heartbeat.Overdue) -> bool:
-            pid = generation.workers[item.rank].pid
+        def stopped(worker: workers.WorkerState) -> bool:
             try:
-                return pid is not None and psutil.Process(pid).status() in (
-                    psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+                return worker.alive and worker.pid is not None and psutil.Process(
+                    worker.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
             except psutil.Error:
                 return False
 
-        culprit = next((item for item in overdue if stopped(item)), overdue[0])
-        worker = generation.workers[culprit.rank]
-        return self._fault(worker, process.ProcessFaultKind.HUNG, detail=culprit.describe())
+        alive = [w for w in generation.workers.values() if w.alive]
+        suspects = [w for w in alive if stopped(w)]
+        if not suspects:
+            behind = min((w.begun_step if w.begun_step is not None else -1) for w in alive)
+            suspects = [w for w in alive
+                        if (w.begun_step if w.begun_step is not None else -1) == behind]
+        silent = {item.rank: item for item in overdue}
+        worker = max(suspects, key=lambda w: silent[w.rank].silent_seconds
+                     if w.rank in silent else -1.0)
+        detail = silent.get(worker.rank, overdue[0]).describe()
+        return self._fault(worker, process.ProcessFaultKind.HUNG, detail=detail)
 
     def _fault(self, worker: workers.WorkerState, kind: process.ProcessFaultKind, *,
                detected_at: float | None = None, detail: str = "") -> process.ProcessFault:
@@ -276,10 +286,29 @@ class NodeAgent:
             if all(w.returncode == 0 for w in generation.workers.values()):
                 generation.settle(process.GenerationOutcome(process.OutcomeKind.SUCCEEDED))
             return
-        task = asyncio.get_running_loop().create_task(
-            self._report_failure(generation, worker, detected_at=worker.exited_at))
+        self._track(self._report_failure(generation, worker, detected_at=worker.exited_at))
+
+    def _track(self, report: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(report)
         self._reports.add(task)
         task.add_done_callback(self._reports.discard)
+
+    async def _report_raised(self, generation: workers.Generation, worker: workers.WorkerState,
+                             error: str) -> None:
+        """An uncaught exception: the root cause, unless another rank's death caused it.
+
+        A rank killed outright makes its peers raise "connection closed" almost at once, and
+        their reports can arrive before the dead rank's exit is seen. So an exception that was
+        not injected waits a moment, and yields to any rank that has exited meanwhile.
+        """
+        detected_at = self._clock.monotonic()
+        if worker.injected is None:
+            await asyncio.sleep(_ATTRIBUTION_SECONDS)
+            if any(w.returncode not in (None, 0) and not w.stopping and w is not worker
+                   for w in generation.workers.values()):
+                return
+        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=self._fault(
+            worker, process.ProcessFaultKind.RAISED, detected_at=detected_at, detail=error)))
 
     async def _report_failure(self, generation: workers.Generation,
                               worker: workers.WorkerState, *, detected_at: float) -> None:
@@ -452,10 +481,7 @@ class NodeAgent:
                               if not (p.rank == worker.rank and p.kind == kind)]
             case messages.WorkerFailing(error=error):
                 if not worker.stopping:
-                    generation.settle(process.GenerationOutcome(
-                        process.OutcomeKind.FAULT, fault=self._fault(
-                            worker, process.ProcessFaultKind.RAISED,
-                            detail=error)))
+                    self._track(self._report_raised(generation, worker, error))
             case messages.StopRequested():
                 generation.settle(process.GenerationOutcome(
                     process.OutcomeKind.STOP_REQUESTED,

@@ -12,8 +12,9 @@ stdin and answers one JSON line per command on stdout:
   "results": [{"rank", "seq", "checksum"}]}``: checksums written into the memory slots' headers.
 - ``{"op": "persist", "id", "step", "world_size", "root", "keep", "bandwidth", "shards": [...]}``
   -> ``{"op": "persisted", "id", "step", "path", "nbytes", "seconds", "removed"}`` or
-  ``{"op": "persist-failed", "id", "step", "error"}``. ``bandwidth`` limits bytes per second
-  (0: no limit), for hosts where checkpoint writes would starve the job's own I/O.
+  ``{"op": "persist-failed", "id", "step", "error", "overwritten"}`` (``overwritten``: a worker
+  reused a slot before it was copied out; a newer snapshot may do). ``bandwidth`` limits bytes
+  per second (0: no limit), for hosts where checkpoint writes would starve the job's own I/O.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ _CHUNK = 8 << 20
 
 
 class PersistError(RuntimeError):
-    pass
+    """A checkpoint that could not be written; ``overwritten`` when a newer one may succeed."""
+
+    def __init__(self, message: str, *, overwritten: bool = False) -> None:
+        super().__init__(message)
+        self.overwritten = overwritten
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +63,8 @@ class _OpenSlot:
         descriptor = os.open(shard.path, os.O_RDWR)
         try:
             size = os.fstat(descriptor).st_size
-            self.memory = mmap.mmap(descriptor, size)
+            # Populated at once: copying out must be quick, before the worker reuses the slot.
+            self.memory = mmap.mmap(descriptor, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
         finally:
             os.close(descriptor)
         try:
@@ -72,7 +78,8 @@ class _OpenSlot:
         seq = snapshot_layout.read_seq(self.memory)
         if seq != self.shard.seq:
             raise PersistError(
-                f"rank {self.shard.rank}: snapshot {self.shard.seq} was overwritten (now {seq})")
+                f"rank {self.shard.rank}: snapshot {self.shard.seq} was overwritten (now {seq})",
+                overwritten=True)
 
     def record_checksum(self, checksum: int) -> None:
         if snapshot_layout.read_seq(self.memory) == self.shard.seq:
@@ -107,49 +114,59 @@ class _Throttle:
                 time.sleep(ahead)
 
 
-def _write_shard(slot: _OpenSlot, target: Path, throttle: _Throttle) -> tuple[int, int]:
-    """Copy one slot into ``target`` durably; returns (bytes, checksum)."""
-    header = slot.header
+def _write_shard(data: memoryview, header: snapshot_layout.SnapshotHeader, target: Path,
+                 throttle: _Throttle) -> int:
+    """Write one rank's snapshot durably under ``target``; returns its checksum."""
     temporary = target.with_name(target.name + ".tmp")
     digest = xxhash.xxh3_64()
     with temporary.open("wb") as stream:
         stream.write(bytes(snapshot_layout.HEADER_SIZE))  # the header goes in last, with checksum
         for start in range(snapshot_layout.HEADER_SIZE, header.end, _CHUNK):
-            chunk = slot.memory[start : min(start + _CHUNK, header.end)]
+            chunk = data[start : min(start + _CHUNK, header.end)]
             digest.update(chunk)
             stream.write(chunk)
             throttle.wrote(len(chunk))
-        slot.check()
         checksum = digest.intdigest()
         stream.seek(0)
         stream.write(dataclasses.replace(header, checksum=checksum, checksum_seq=header.seq).pack())
         stream.flush()
         os.fsync(stream.fileno())
     temporary.rename(target)
-    slot.record_checksum(checksum)
-    return header.end, checksum
+    return checksum
 
 
 def persist(command: dict[str, Any]) -> dict[str, Any]:
+    """Write every rank's snapshot of one step to disk, then the manifest.
+
+    First every shard is copied out of shared memory into this process, which takes
+    milliseconds, and checked to be still the same snapshot afterwards: a worker reuses a slot
+    two snapshots later, which can come long before a slow disk write ends. Then the private
+    copies are written, as slowly as the bandwidth limit asks, with no race left.
+    """
     step = int(command["step"])
     directory = checkpoint_disk.CheckpointDirectory(Path(command["root"]))
-    target = directory.step_dir(step)
+    target = directory.partial_dir(step)
     started = time.monotonic()
     throttle = _Throttle(int(command.get("bandwidth", 0)))
+    slots: list[_OpenSlot] = []
     records = []
-    target.mkdir(parents=True, exist_ok=True)
     try:
+        copies = []
         for item in command["shards"]:
             slot = _OpenSlot(_Shard(int(item["rank"]), str(item["path"]), int(item["seq"])))
-            try:
-                if slot.header.step != step:
-                    raise PersistError(
-                        f"rank {slot.shard.rank}: slot holds step {slot.header.step}, not {step}")
-                name = checkpoint_disk.shard_name(slot.shard.rank)
-                nbytes, checksum = _write_shard(slot, target / name, throttle)
-            finally:
-                slot.close()
-            records.append(checkpoint_disk.ShardRecord(slot.shard.rank, name, nbytes, checksum))
+            slots.append(slot)
+            if slot.header.step != step:
+                raise PersistError(
+                    f"rank {slot.shard.rank}: slot holds step {slot.header.step}, not {step}")
+            copies.append(slot.memory[: slot.header.end])
+            slot.check()
+        target.mkdir(parents=True, exist_ok=True)
+        for slot, data in zip(slots, copies, strict=True):
+            name = checkpoint_disk.shard_name(slot.shard.rank)
+            checksum = _write_shard(memoryview(data), slot.header, target / name, throttle)
+            slot.record_checksum(checksum)
+            records.append(checkpoint_disk.ShardRecord(slot.shard.rank, name, slot.header.end,
+                                                       checksum))
         checkpoint_disk.sync_directory(target)
         manifest = checkpoint_disk.Manifest(
             step=step,
@@ -158,12 +175,17 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
             shards=tuple(sorted(records, key=lambda record: record.rank)),
         )
         directory.commit_manifest(target, manifest)
+        final = directory.publish(target, step)
     except (PersistError, OSError) as error:
         shutil.rmtree(target, ignore_errors=True)
-        return {"op": "persist-failed", "id": command["id"], "step": step, "error": str(error)}
+        return {"op": "persist-failed", "id": command["id"], "step": step, "error": str(error),
+                "overwritten": isinstance(error, PersistError) and error.overwritten}
+    finally:
+        for slot in slots:
+            slot.close()
     removed = directory.retain(int(command["keep"]))
     return {
-        "op": "persisted", "id": command["id"], "step": step, "path": str(target),
+        "op": "persisted", "id": command["id"], "step": step, "path": str(final),
         "nbytes": sum(record.nbytes for record in records),
         "seconds": time.monotonic() - started, "removed": [str(path) for path in removed],
     }

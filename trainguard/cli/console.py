@@ -65,19 +65,22 @@ def _seconds(value: float | None) -> str:
 def render_summary(report: RunReport, console: Console) -> None:
     result = report.result
     if result.faults:
-        table = Table(title="Faults and recoveries", title_justify="left")
-        for column in ("rank", "fault", "at step", "detected in", "recovered in", "steps lost",
-                       "restored from"):
-            table.add_column(column, justify="right" if column != "fault" else "left")
+        table = Table(title="Faults and recoveries", title_justify="left",
+                      caption="*: injected. detected: fault -> seen; recovered: fault -> "
+                              "every rank stepping again; lost: completed steps redone",
+                      caption_justify="left")
+        for column in ("rank", "fault", "step", "detected", "recovered", "lost", "restored"):
+            table.add_column(column, justify="left" if column == "fault" else "right",
+                             no_wrap=True)
         for record in result.faults:
             fault, recovery = record.fault, record.recovery
-            what = f"{fault.injected} (injected)" if fault.injected else str(fault.kind)
+            what = f"{fault.injected}*" if fault.injected else str(fault.kind)
             table.add_row(
                 str(fault.rank), what, "-" if fault.last_step is None else str(fault.last_step),
                 _seconds(fault.detect_seconds),
-                _seconds(recovery.recover_seconds) if recovery else "not recovered",
+                _seconds(recovery.recover_seconds) if recovery else "no",
                 str(recovery.steps_lost) if recovery else "-",
-                f"{recovery.restore_source} (step {recovery.restore_step})" if recovery else "-")
+                f"{recovery.restore_source}@{recovery.restore_step}" if recovery else "-")
         console.print(table)
     totals = Table(title="Job", title_justify="left", show_header=False)
     totals.add_column("what")

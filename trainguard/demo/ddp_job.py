@@ -1,9 +1,10 @@
 """A 4-rank DDP job on CPU: a small MLP learns a fixed random linear map from synthetic data.
 
 Deterministic by construction: every step's batch is drawn from a generator seeded by (seed,
-step, rank), gloo reduces in a fixed order, and trainguard restores model, optimizer and random
-states exactly. So after any number of faults, the final parameters must be bitwise identical to
-those of an uninterrupted run; ``--output`` writes their SHA-256 so the demonstration can check.
+step, rank), gloo reduces in a fixed order (once DDP's bucket layout is settled, see below), and
+trainguard restores model, optimizer and random states exactly. So after any number of faults,
+the final parameters must be bitwise identical to those of an uninterrupted run; ``--output``
+writes their SHA-256 so the demonstration can check.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def main() -> None:
     state = {"model": model, "optimizer": optimizer}
     start = session.restore(state)
     ddp = DistributedDataParallel(model)
+    # DDP lays its gradient buckets out anew after the first backward of every process. With
+    # more than two ranks the layout decides the order in which gloo sums each gradient, so the
+    # first step after a restart would round differently from the same step of a run that never
+    # stopped. One backward of a zero loss settles the layout before the first real step.
+    (ddp(torch.zeros(1, width)).sum() * 0).backward()
+    optimizer.zero_grad()
     loss = torch.zeros(())
     for step in range(start, args.steps):
         with session.step(step):
