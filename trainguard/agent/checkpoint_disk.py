@@ -92,6 +92,8 @@ class Manifest:
             body: dict[str, Any] = json.loads(text)
         except json.JSONDecodeError as error:
             raise CheckpointError(f"manifest is not JSON ({error})") from error
+        if not isinstance(body, dict):
+            raise CheckpointError(f"manifest is not a JSON object but {type(body).__name__}")
         if body.get("format") != _FORMAT or body.get("version") != _VERSION:
             raise CheckpointError(
                 f"manifest format {body.get('format')!r} version {body.get('version')!r} "
@@ -162,7 +164,7 @@ class CheckpointDirectory:
             text = path.read_text()
         except FileNotFoundError:
             raise CheckpointError("partial checkpoint: no manifest (its writer stopped)") from None
-        except OSError as error:
+        except (OSError, UnicodeDecodeError) as error:
             raise CheckpointError(f"cannot read {path}: {error}") from error
         return Manifest.from_json(text)
 
@@ -189,6 +191,10 @@ class CheckpointDirectory:
                 raise CheckpointError(f"cannot read {path}: {error}") from error
             except snapshot_layout.LayoutError as error:
                 raise CheckpointError(f"{shard.file}: {error}") from error
+            if not header.committed or header.end != size:
+                raise CheckpointError(
+                    f"{shard.file} holds no complete snapshot (seq {header.seq}, "
+                    f"{header.end} of {size} bytes)")
             if header.rank != shard.rank or header.step != manifest.step:
                 raise CheckpointError(
                     f"{shard.file} holds rank {header.rank} step {header.step}, expected rank "

@@ -261,12 +261,16 @@ class CheckpointMemory:
                 self._record(events.CheckpointRejected(job=self._job, path=str(path),
                                                        reason=str(error)))
                 continue
-            self._persisted_step = max(self._persisted_step, step)
             return step, {s.rank: str(path / s.file) for s in manifest.shards}, skipped
         return None, None, skipped
 
     def _forget_after(self, choice: RestoreChoice) -> None:
+        """Make memory and bookkeeping agree with the chosen state: later steps never were."""
         self._hashed_step = min(self._hashed_step, choice.step)
+        if choice.source is messages.RestoreSource.DISK:
+            self._persisted_step = choice.step
+        else:  # a newer step on disk was rejected: the new timeline may write it again
+            self._persisted_step = min(self._persisted_step, choice.step)
         for rank in self._slots.ranks():
             for state in self._slots.committed(rank):
                 keep = (choice.source is messages.RestoreSource.MEMORY

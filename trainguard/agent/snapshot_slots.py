@@ -98,9 +98,9 @@ class SnapshotSlots:
         if held is not None and held.capacity >= nbytes:
             return self.path(rank, slot), held.capacity
         capacity = mmap.PAGESIZE * -(-int(nbytes * _HEADROOM) // mmap.PAGESIZE)
-        growth = capacity - (held.capacity if held else 0)
+        # The old slot is released only once the new one is reserved: both exist for a moment.
         free = int(self._available() * self._reserve_fraction)
-        if growth > free:
+        if capacity > free:
             raise SnapshotMemoryError(
                 f"rank {rank} needs {_gigabytes(capacity)} of shared memory for a snapshot slot "
                 f"(two per rank), but only {_gigabytes(free)} can be reserved on this host; "

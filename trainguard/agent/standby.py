@@ -90,8 +90,10 @@ class _Standby:
                     return request
 
     def _parse(self, message: bytes, fds: list[int]) -> SpawnRequest | None:
+        request_id = -1
         try:
             body = json.loads(message)
+            request_id = int(body["id"])
             request = SpawnRequest(
                 id=int(body["id"]),
                 mode=str(body["mode"]),
@@ -105,7 +107,7 @@ class _Standby:
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             for fd in fds:
                 os.close(fd)
-            self.send({"op": "spawn-failed", "id": -1, "error": f"bad request: {error}"})
+            self.send({"op": "spawn-failed", "id": request_id, "error": f"bad request: {error}"})
             return None
         return request
 

@@ -40,7 +40,10 @@ def parse_std(value: str, *, flag: str) -> dict[int, Std] | Std:
     """
     def one(text: str) -> Std:
         try:
-            return Std(int(text))
+            number = int(text)
+            if number not in range(4):
+                raise ValueError(number)
+            return Std(number)
         except ValueError:
             raise ValueError(
                 f"{flag}: {text!r} is not one of 0 (none), 1 (stdout), 2 (stderr), 3 (both)"

@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 import datetime
 from pathlib import Path
+from typing import Annotated
 
-import click
+import typer
 from rich.console import Console
 
 from trainguard import launcher
 from trainguard.agent import checkpoint_memory, node_agent, worker_output, workers
 from trainguard.cli import console as console_output
-from trainguard.cli import run_command
+from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.controller import policy
 from trainguard.ipc import messages
 
-__all__ = ["command"]
+__all__ = ["demo"]
 
 _JOB = "trainguard.demo.ddp_job"
 
@@ -48,20 +49,20 @@ def _digest(report: launcher.RunReport) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
-@click.command("demo", help=__doc__)
-@click.option("--steps", default=500, show_default=True, help="Training steps.")
-@click.option("--nproc-per-node", "nproc", default=4, show_default=True, help="Ranks.")
-@click.option("--width", default=768, show_default=True,
-              help="Width of the MLP; 768 makes a step take about 0.1 s on two cores.")
-@click.option("--run-root", type=click.Path(path_type=Path),
-              default=run_command.DEFAULT_RUN_ROOT, show_default=True,
-              envvar="TRAINGUARD_RUN_ROOT")
-@click.option("--reference/--no-reference", default=True, show_default=True,
-              help="Run the job again without faults and compare the final parameters.")
-def _demo(steps: int, nproc: int, width: int, run_root: Path, reference: bool) -> None:
+def demo(
+    steps: Annotated[int, typer.Option(help="Training steps.")] = 500,
+    nproc: Annotated[int, typer.Option("--nproc-per-node", help="Ranks.")] = 4,
+    width: Annotated[int, typer.Option(
+        help="Width of the MLP; 768 makes a step take about 0.1 s on two cores.")] = 768,
+    run_root: Annotated[Path, typer.Option(envvar="TRAINGUARD_RUN_ROOT",
+                                           help="Where run directories go.")] = DEFAULT_RUN_ROOT,
+    reference: Annotated[bool, typer.Option(
+        help="Run the job again without faults and compare the final parameters.")] = True,
+) -> None:
+    """The main job: faults injected into a DDP job and recovered live, then a bitwise check."""
     console = Console(stderr=True, highlight=False)
     if steps < 50 or nproc < 2:
-        raise click.UsageError("the demo needs --steps >= 50 and --nproc-per-node >= 2")
+        raise typer.BadParameter("the demo needs --steps >= 50 and --nproc-per-node >= 2")
     faults = (
         node_agent.PlannedFault(messages.InjectionKind.CRASH, 1, steps // 5),
         node_agent.PlannedFault(messages.InjectionKind.HANG, nproc - 2, steps // 2),
@@ -79,7 +80,7 @@ def _demo(steps: int, nproc: int, width: int, run_root: Path, reference: bool) -
         observer=console_output.ConsoleObserver(console)))
     console_output.render_summary(faulty, console)
     if faulty.result.exit_code != 0:
-        raise SystemExit(faulty.result.exit_code)
+        raise typer.Exit(faulty.result.exit_code)
     if not reference:
         return
     console.rule("[bold]the same job without faults")
@@ -93,10 +94,6 @@ def _demo(steps: int, nproc: int, width: int, run_root: Path, reference: bool) -
     if with_faults is None or with_faults != without:
         console.print("[bold red]MISMATCH: the recovered run did not end where the "
                       "uninterrupted one did[/bold red]")
-        raise SystemExit(1)
+        raise typer.Exit(1)
     console.print("[bold green]bitwise identical: every fault was recovered without changing "
                   "the result[/bold green]")
-
-
-def command() -> click.Command:
-    return _demo

@@ -120,9 +120,16 @@ def status(
         typer.echo(f"  updated: {document.updated}")
 
 
+@app.command(
+    "run", add_help_option=False,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(context: typer.Context) -> None:
+    """Run a training job like torchrun, with fault detection and recovery (see run --help)."""
+    raise typer.Exit(run_command.main(context.args))
+
+
+app.command("demo")(demo_command.demo)
+
+
 def main() -> None:
-    group = typer.main.get_command(app)
-    assert hasattr(group, "add_command")
-    group.add_command(run_command.command(), "run")
-    group.add_command(demo_command.command(), "demo")
-    group(prog_name="trainguard")
+    app(prog_name="trainguard")

@@ -1,20 +1,23 @@
 """``trainguard run``: torchrun's command line, plus trainguard's own options in their own section.
 
-Parse, build settings, call :func:`trainguard.launcher.run`, map the result to an exit code.
+Parsed with argparse, as torchrun parses it, so spellings, defaults, ``PET_*`` fallbacks and the
+pass-through of the script's own arguments behave the same. Parse, build settings, call
+:func:`trainguard.launcher.run`, map the result to an exit code.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime
 import logging
 import os
 import signal
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import click
 from rich.console import Console
 
 from trainguard import launcher
@@ -25,7 +28,7 @@ from trainguard.controller import policy
 from trainguard.detect import heartbeat
 from trainguard.ipc import messages
 
-__all__ = ["DEFAULT_RUN_ROOT", "build_settings", "command"]
+__all__ = ["DEFAULT_RUN_ROOT", "UsageError", "build_settings", "main", "parser"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,51 +47,54 @@ GROUPS = (
          "fault_plan"})),
 )
 
-_OWN_OPTIONS = (
-    click.Option(["--run-root", "own__run_root"], type=click.Path(path_type=Path),
-                 default=DEFAULT_RUN_ROOT, show_default=True, envvar="TRAINGUARD_RUN_ROOT",
-                 show_envvar=True,
-                 help="Directory that holds one run directory per job (state store, logs, "
-                      "checkpoints)."),
-    click.Option(["--inject", "own__inject"], default="", envvar="TRAINGUARD_INJECT",
-                 show_envvar=True,
-                 help="Faults to inject, for demonstrations and tests: KIND:RANK:STEP[,...], "
-                      "KIND one of crash, hang, exception (e.g. crash:1:60,hang:2:150)."),
-)
+
+class UsageError(ValueError):
+    """A command line that cannot run; the message names the flag."""
 
 
-class RunCommand(click.Command):
-    """Shows torchrun's options and trainguard's own in separate sections."""
-
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        sections: dict[str, list[tuple[str, str]]] = {"torchrun options": [],
-                                                      "trainguard options": []}
-        for param in self.get_params(ctx):
-            if isinstance(param, click.Argument):
-                continue
-            record = param.get_help_record(ctx)
-            if record is None:
-                continue
-            own = param.name is not None and "__" in param.name
-            sections["trainguard options" if own else "torchrun options"].append(record)
-        for title, rows in sections.items():
-            with formatter.section(title):
-                formatter.write_dl(rows)
+def _env_default(flag: torchrun_flags.TorchrunFlag) -> Any:
+    """torchrun's fallback: ``PET_<FLAG>`` replaces the default."""
+    if flag.env not in os.environ:
+        return flag.default
+    value = os.environ[flag.env]
+    if flag.type is None:
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return value
 
 
-def _torchrun_options() -> list[click.Option]:
-    options = []
+def parser() -> argparse.ArgumentParser:
+    result = argparse.ArgumentParser(
+        prog="trainguard run", allow_abbrev=False,
+        description="Run a distributed PyTorch job like torchrun, with fault detection and "
+                    "recovery: a failed or hung worker is seen at once and the job restarts "
+                    "from the newest snapshot in memory.")
+    torchrun = result.add_argument_group("torchrun options")
     for flag in torchrun_flags.FLAGS:
-        help_text = flag.help + (f" [no effect: {flag.ignored}]" if flag.ignored else "")
+        text = flag.help + (f" [no effect: {flag.ignored}]" if flag.ignored else "")
         if flag.type is None:
-            options.append(click.Option([*flag.names, flag.dest], is_flag=True,
-                                        envvar=flag.env, help=help_text))
+            torchrun.add_argument(*flag.names, dest=flag.dest, action="store_true",
+                                  default=_env_default(flag), help=text)
         else:
-            default = ",".join(flag.default) if isinstance(flag.default, list) else flag.default
-            options.append(click.Option(
-                [*flag.names, flag.dest], type=flag.type, default=default, envvar=flag.env,
-                show_default=default not in (None, ""), help=help_text))
-    return options
+            default = _env_default(flag)
+            if isinstance(default, list):
+                default = ",".join(default)
+            torchrun.add_argument(*flag.names, dest=flag.dest, default=default,
+                                  type=flag.type, help=f"{text} [default: {default}]")
+    ours = result.add_argument_group("trainguard options")
+    for group in GROUPS:
+        group.add_arguments(ours)
+    ours.add_argument("--run-root", dest="own__run_root", type=Path, metavar="DIR",
+                      default=Path(os.environ.get("TRAINGUARD_RUN_ROOT", DEFAULT_RUN_ROOT)),
+                      help="Directory with one run directory per job: state store, logs, "
+                           f"checkpoints. [default: {DEFAULT_RUN_ROOT}; env TRAINGUARD_RUN_ROOT]")
+    ours.add_argument("--inject", dest="own__inject", metavar="KIND:RANK:STEP,...",
+                      default=os.environ.get("TRAINGUARD_INJECT", ""),
+                      help="Faults to inject, for demonstrations and tests: KIND:RANK:STEP[,...] "
+                           "with KIND crash, hang or exception. [env TRAINGUARD_INJECT]")
+    result.add_argument("training_script", help="The script (or module, or program) to run.")
+    result.add_argument("training_script_args", nargs=argparse.REMAINDER,
+                        help="Arguments for the script.")
+    return result
 
 
 def _nproc(value: str) -> int:
@@ -99,10 +105,10 @@ def _nproc(value: str) -> int:
         if gpus:
             return gpus
         if value == "gpu":
-            raise click.UsageError("--nproc-per-node gpu: no NVIDIA GPU found on this host")
+            raise UsageError("--nproc-per-node gpu: no NVIDIA GPU found on this host")
     if value in ("cpu", "auto"):
         return os.cpu_count() or 1
-    raise click.UsageError(
+    raise UsageError(
         f"--nproc-per-node: {value!r} is not a positive number, 'cpu', 'gpu' or 'auto'")
 
 
@@ -115,7 +121,7 @@ def _gpu_count() -> int:
             return int(pynvml.nvmlDeviceGetCount())
         finally:
             pynvml.nvmlShutdown()
-    except Exception:
+    except Exception:  # no driver, no library, no GPU: all mean zero GPUs
         return 0
 
 
@@ -126,7 +132,7 @@ def _fault_plan(text: str) -> tuple[node_agent.PlannedFault, ...]:
             kind, rank, step = part.split(":")
             plan.append(node_agent.PlannedFault(messages.InjectionKind(kind), int(rank), int(step)))
         except ValueError:
-            raise click.UsageError(
+            raise UsageError(
                 f"--inject: {part!r} is not KIND:RANK:STEP with KIND one of crash, hang, "
                 "exception") from None
     return tuple(plan)
@@ -138,25 +144,26 @@ def _signals(text: str) -> tuple[signal.Signals, ...]:
         try:
             found.append(signal.Signals[name])
         except KeyError:
-            raise click.UsageError(f"--signals-to-handle: unknown signal {name!r}") from None
+            raise UsageError(f"--signals-to-handle: unknown signal {name!r}") from None
     return tuple(found)
 
 
-def _program(params: dict[str, Any], script: str, args: tuple[str, ...]) -> workers.ProgramSpec:
-    if params["module"] and params["no_python"]:
-        raise click.UsageError("--module and --no-python cannot be used together")
-    if params["module"]:
+def _program(arguments: argparse.Namespace) -> workers.ProgramSpec:
+    script, args = arguments.training_script, tuple(arguments.training_script_args)
+    if arguments.module and arguments.no_python:
+        raise UsageError("--module and --no-python cannot be used together")
+    if arguments.module:
         return workers.ProgramSpec("module", script, args)
-    if params["no_python"]:
+    if arguments.no_python:
         return workers.ProgramSpec("exec", script, args)
     if not Path(script).is_file():
-        raise click.UsageError(f"training script {script!r} does not exist")
+        raise UsageError(f"training script {script!r} does not exist")
     return workers.ProgramSpec("path", str(Path(script).resolve()), args)
 
 
-def _warn_ignored(params: dict[str, Any]) -> None:
+def _warn_ignored(arguments: argparse.Namespace) -> None:
     for flag in torchrun_flags.FLAGS:
-        value = params[flag.dest]
+        value = getattr(arguments, flag.dest)
         default = ",".join(flag.default) if isinstance(flag.default, list) else flag.default
         if flag.ignored and value not in (default, None, False, ""):
             logger.warning("%s has no effect: %s", flag.names[0], flag.ignored)
@@ -169,70 +176,65 @@ def _run_id(value: str) -> str:
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def build_settings(params: dict[str, Any], script: str, args: tuple[str, ...]
-                   ) -> launcher.RunSettings:
-    """Settings for one run from parsed flags. Raises: click.UsageError naming the flag."""
-    if params["nnodes"] not in ("1", "1:1"):
-        raise click.UsageError(f"--nnodes {params['nnodes']}: only single-node jobs are "
-                               "supported for now (use 1)")
-    if params["node_rank"] != 0:
-        raise click.UsageError("--node-rank: only node 0 exists in a single-node job")
-    _warn_ignored(params)
-    nproc = _nproc(params["nproc_per_node"])
-    run_id = _run_id(params["rdzv_id"])
-    run_dir = params["own__run_root"] / run_id
+def _output(arguments: argparse.Namespace, run_dir: Path) -> worker_output.OutputSettings:
     try:
-        redirects = worker_output.parse_std(params["redirects"], flag="--redirects")
-        tee = worker_output.parse_std(params["tee"], flag="--tee")
-        ranks_filter = frozenset(int(r) for r in params["local_ranks_filter"].split(",") if r)
+        redirects = worker_output.parse_std(arguments.redirects, flag="--redirects")
+        tee = worker_output.parse_std(arguments.tee, flag="--tee")
+        ranks = frozenset(int(rank) for rank in arguments.local_ranks_filter.split(",") if rank)
     except ValueError as error:
-        raise click.UsageError(str(error)) from error
-    output = worker_output.OutputSettings(
+        raise UsageError(str(error)) from error
+    return worker_output.OutputSettings(
         redirects=redirects, tee=tee,
-        log_dir=Path(params["log_dir"]) if params["log_dir"] else run_dir / "logs",
-        local_ranks_filter=ranks_filter or None,
+        log_dir=Path(arguments.log_dir) if arguments.log_dir else run_dir / "logs",
+        local_ranks_filter=ranks or None,
         line_prefix_template=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"))
+
+
+def build_settings(arguments: argparse.Namespace) -> launcher.RunSettings:
+    """Settings for one run from parsed arguments. Raises: UsageError naming the flag."""
+    if arguments.nnodes not in ("1", "1:1"):
+        raise UsageError(f"--nnodes {arguments.nnodes}: only single-node jobs are supported "
+                         "for now (use 1)")
+    if arguments.node_rank != 0:
+        raise UsageError("--node-rank: only node 0 exists in a single-node job")
+    _warn_ignored(arguments)
+    nproc = _nproc(arguments.nproc_per_node)
+    run_id = _run_id(arguments.rdzv_id)
+    run_dir = arguments.own__run_root / run_id
+    values = vars(arguments)
     groups = {group.key: group for group in GROUPS}
     try:
         agent = groups["agent"].build(
-            params, nproc_per_node=nproc, program=_program(params, script, args),
-            run_id=run_id, run_dir=run_dir, role=params["role"],
-            master_addr=params["master_addr"], master_port=params["master_port"],
-            max_restarts=params["max_restarts"], monitor_interval=params["monitor_interval"],
-            shutdown_timeout=float(params["shutdown_timeout"] or 30),
-            output=output, fault_plan=_fault_plan(params["own__inject"]))
-    except ValueError as error:
-        raise click.UsageError(str(error)) from error
-    return groups["run"].build(  # type: ignore[no-any-return]
-        params, agent=agent, heartbeat=groups["heartbeat"].build(params),
-        checkpoint=groups["checkpoint"].build(params),
-        recovery=groups["recovery"].build(params, max_restarts=params["max_restarts"]),
-        signals=_signals(params["signals_to_handle"]))
+            values, nproc_per_node=nproc, program=_program(arguments), run_id=run_id,
+            run_dir=run_dir, role=arguments.role, master_addr=arguments.master_addr,
+            master_port=arguments.master_port, max_restarts=arguments.max_restarts,
+            monitor_interval=arguments.monitor_interval,
+            shutdown_timeout=float(arguments.shutdown_timeout or 30),
+            output=_output(arguments, run_dir), fault_plan=_fault_plan(arguments.own__inject))
+        settings: launcher.RunSettings = groups["run"].build(
+            values, agent=agent, heartbeat=groups["heartbeat"].build(values),
+            checkpoint=groups["checkpoint"].build(values),
+            recovery=groups["recovery"].build(values, max_restarts=arguments.max_restarts),
+            signals=_signals(arguments.signals_to_handle))
+    except settings_flags.SettingsError as error:
+        raise UsageError(str(error)) from error
+    return settings
 
 
-def _main(training_script: str, training_script_args: tuple[str, ...], **params: Any) -> None:
-    settings = build_settings(params, training_script, training_script_args)
+def main(argv: Sequence[str]) -> int:
+    """Run the job; returns the exit code (usage errors exit 2, as argparse does)."""
+    command_line = parser()
+    arguments = command_line.parse_args(list(argv))
+    try:
+        settings = build_settings(arguments)
+    except UsageError as error:
+        command_line.error(str(error))
     observer = console_output.ConsoleObserver()
     try:
         report = asyncio.run(launcher.run(settings, observer=observer))
     except launcher.LaunchError as error:
-        raise click.ClickException(str(error)) from error
+        observer.console.print(f"trainguard: {error}", style="bold red", markup=False,
+                               soft_wrap=True)
+        return 1
     console_output.render_summary(report, Console(stderr=True))
-    raise SystemExit(report.result.exit_code)
-
-
-def command() -> click.Command:
-    params: list[click.Parameter] = [
-        *_torchrun_options(),
-        *[option for group in GROUPS for option in group.options()],
-        *_OWN_OPTIONS,
-        click.Argument(["training_script"]),
-        click.Argument(["training_script_args"], nargs=-1, type=click.UNPROCESSED),
-    ]
-    return RunCommand(
-        "run", params=params, callback=_main,
-        help="Run a distributed PyTorch job like torchrun, with fault detection and recovery.\n\n"
-             "trainguard run [OPTIONS] TRAINING_SCRIPT [SCRIPT ARGS]...",
-        context_settings={"allow_interspersed_args": False,
-                          "help_option_names": ["-h", "--help"]},
-        short_help="Run a training job with fault detection and recovery.")
+    return report.result.exit_code

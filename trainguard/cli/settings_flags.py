@@ -3,24 +3,29 @@
 ``HeartbeatSettings.floor`` with prefix ``heartbeat-`` becomes ``--heartbeat-floor`` with the
 environment fallback ``TRAINGUARD_HEARTBEAT_FLOOR``; its help is the field's attribute docstring
 and its default the dataclass default, so defaults live in one place only.
+Precedence: default < environment < flag.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import inspect
 import itertools
+import os
 import textwrap
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import click
+__all__ = ["SettingsError", "SettingsGroup", "attribute_docs"]
 
-__all__ = ["SettingsGroup", "attribute_docs"]
+
+class SettingsError(ValueError):
+    """A value that breaks a settings rule; the message names the flag or variable."""
 
 
 def attribute_docs(cls: type) -> dict[str, str]:
@@ -38,7 +43,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class SettingsGroup:
-    key: str  # the parameter-name prefix that keeps groups apart
+    key: str  # keeps the groups' destinations apart
     cls: type
     prefix: str = ""
     exclude: frozenset[str] = frozenset()
@@ -49,37 +54,44 @@ class SettingsGroup:
     def flag(self, field: str) -> str:
         return "--" + (self.prefix + field).replace("_", "-")
 
-    def options(self) -> list[click.Option]:
+    def envvar(self, field: str) -> str:
+        return "TRAINGUARD_" + (self.prefix + field).replace("-", "_").upper()
+
+    def add_arguments(self, group: argparse._ArgumentGroup) -> None:
         docs = attribute_docs(self.cls)
         hints = typing.get_type_hints(self.cls)
-        options = []
         for field in self._fields():
-            flag = self.flag(field.name)
-            envvar = "TRAINGUARD_" + flag[2:].replace("-", "_").upper()
-            default = field.default
-            kind = _click_type(hints[field.name])
-            options.append(click.Option(
-                [flag, f"{self.key}__{field.name}"], type=kind, envvar=envvar,
-                default=None if default is None else _shown(default), show_default=True,
-                show_envvar=True, help=docs.get(field.name, "")))
-        return options
+            shown = _shown(field.default)
+            default = f"default: {shown}; " if shown not in (None, "") else ""
+            group.add_argument(
+                self.flag(field.name), dest=f"{self.key}__{field.name}", default=None,
+                type=_parser(hints[field.name], self.flag(field.name)),
+                metavar=_metavar(hints[field.name]),
+                help=f"{docs.get(field.name, '')} [{default}env {self.envvar(field.name)}]")
 
-    def build(self, values: Mapping[str, Any], **extra: Any) -> Any:
-        """The settings object from parsed values (plus fields the caller sets itself).
+    def build(self, values: Mapping[str, Any], *, environ: Mapping[str, str] = os.environ,
+              **extra: Any) -> Any:
+        """The settings object: flags, else environment, else defaults (plus ``extra``).
 
         Raises:
-            click.BadParameter: a value breaks the field's rule; the message names the flag.
+            SettingsError: a value is malformed or breaks the field's rule.
         """
         hints = typing.get_type_hints(self.cls)
         kwargs = dict(extra)
         for field in self._fields():
             value = values.get(f"{self.key}__{field.name}")
+            variable = self.envvar(field.name)
+            if value is None and variable in environ:
+                try:
+                    value = _parser(hints[field.name], variable)(environ[variable])
+                except argparse.ArgumentTypeError as error:
+                    raise SettingsError(str(error)) from error
             if value is not None:
-                kwargs[field.name] = _convert(hints[field.name], value)
+                kwargs[field.name] = value
         try:
             return self.cls(**kwargs)
         except ValueError as error:
-            raise click.UsageError(str(error)) from error
+            raise SettingsError(str(error)) from error
 
 
 def _unwrap(hint: Any) -> Any:
@@ -88,25 +100,32 @@ def _unwrap(hint: Any) -> Any:
     return hint
 
 
-def _click_type(hint: Any) -> click.ParamType[Any, Any]:
+def _parser(hint: Any, name: str) -> Callable[[str], Any]:
     hint = _unwrap(hint)
-    if hint is Path:
-        return click.Path(path_type=Path)
-    if hint is int:
-        return click.INT
-    if hint is float:
-        return click.FLOAT
-    return click.BOOL if hint is bool else click.STRING
+    if typing.get_origin(hint) is tuple:
+        return lambda text: tuple(item.strip() for item in text.split(",") if item.strip())
+    convert: Callable[[str], Any] = {int: int, float: float, Path: Path}.get(hint, str)
+
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name}: {text!r} is not a valid {getattr(hint, '__name__', hint)}") from None
+
+    return parse
+
+
+def _metavar(hint: Any) -> str:
+    hint = _unwrap(hint)
+    if typing.get_origin(hint) is tuple:
+        return "A,B,..."
+    return {int: "N", float: "NUMBER", Path: "DIR"}.get(hint, "TEXT")
 
 
 def _shown(default: Any) -> Any:
     if isinstance(default, tuple):
         return ",".join(str(item) for item in default)
+    if default is dataclasses.MISSING:
+        return None
     return default
-
-
-def _convert(hint: Any, value: Any) -> Any:
-    hint = _unwrap(hint)
-    if typing.get_origin(hint) is tuple:
-        return tuple(item.strip() for item in str(value).split(",") if item.strip())
-    return value

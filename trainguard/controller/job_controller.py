@@ -163,12 +163,12 @@ class JobController:
         failed = [
             process.ProcessFault(rank=w.rank, pid=0, kind=process.ProcessFaultKind.EXITED,
                                  detected_at=w.exited_at or fault.detected_at,
-                                 returncode=w.returncode)
+                                 returncode=w.returncode, error_excerpt=w.excerpt())
             for w in generation.workers.values()
             if w.returncode not in (None, 0) and not (w.stopping and w.rank != fault.rank)
+            and w.rank != fault.rank
         ]
-        if not any(item.rank == fault.rank for item in failed):
-            failed.append(fault)
+        failed.append(fault)
         return policy.FaultContext(
             fault=fault, age=fault.detected_at - generation.started_at,
             progressed=generation.completed_step is not None, world_size=self._world_size,

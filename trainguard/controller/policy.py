@@ -5,7 +5,8 @@ Unknown process failures are retried unconditionally while the job's retry budge
 recovery spends one retry. When every rank fails within a few seconds of a (re)start, before any
 step completed, the job has a problem no restart will fix (a crash loop): it fails at once, with
 the workers' errors, instead of burning the budget. A rank killed with SIGKILL or found hung is
-never taken for a crash loop: those come from outside the script.
+never taken for a crash loop: those come from outside the script; nor is a rank whose error says
+that a peer went away: its failure was caused by another's.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class RecoverySettings:
         if self.max_restarts < 0:
             raise ValueError(f"max-restarts must be >= 0, got {self.max_restarts}")
         for name in ("crash_loop_window", "crash_loop_settle", "snapshot_grace"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0:  # NaN fails this too
                 flag = name.replace("_", "-")
                 raise ValueError(f"{flag} must be >= 0 seconds, got {getattr(self, name)}")
 
@@ -75,7 +76,9 @@ def may_be_crash_loop(settings: RecoverySettings, context: FaultContext) -> bool
 
 
 def decide(settings: RecoverySettings, context: FaultContext) -> Decision:
-    if may_be_crash_loop(settings, context) and len(context.failed) >= context.world_size:
+    # A rank that failed because a peer vanished did not fail on its own.
+    independent = [f for f in context.failed if not process.lost_a_peer(f.error_excerpt)]
+    if may_be_crash_loop(settings, context) and len(independent) >= context.world_size:
         return Decision(Strategy.FAIL, (
             f"crash loop: all {context.world_size} ranks failed within "
             f"{context.age:.1f} s of the start, before completing a step; not retried"))

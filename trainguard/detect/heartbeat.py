@@ -1,11 +1,16 @@
 """Hang detection from step marks, with a deadline that adapts to the observed step time.
 
-A rank that stops sending marks is hung once its deadline passes. Between steps the deadline is
-``factor`` times the longest recent step interval (start of one step to the start of the next),
-kept within [``floor``, ``cap``]; so a job stepping every 100 ms is caught in about ``floor``
-seconds, and a job with 60 s steps is not called hung at 61 s. Before a rank's first mark, and
-while it says it is busy (checkpoint, restore, declared work), longer fixed timeouts apply.
-Intervals are kept per job, across generations, because the step time is the job's.
+A rank inside a step (it sent the step's start mark, not yet its end) must move on within
+``factor`` times the longest recent step interval, kept within [``floor``, ``cap``]: a job
+stepping every 100 ms is caught in about ``floor`` seconds, and a job with 60 s steps is not
+called hung at 61 s. Intervals are kept per job, across generations: the step time is the job's.
+
+Between steps (after a step's end mark: checkpoints, evaluation, the end of the script) a rank
+gets the long ``idle_timeout``. That costs nothing in detection: a rank stuck there holds its
+peers up inside their next step, where the step deadline catches them, and the culprit is then
+found among the ranks that did not get that far. Ranks that legitimately hold the others up, by
+starting (no mark yet) or by declared work (checkpoint, restore, ``Session.busy()``), suspend
+the step deadline of everyone while they do, and have long timeouts of their own.
 """
 
 from __future__ import annotations
@@ -21,19 +26,21 @@ __all__ = ["HangDetector", "HeartbeatSettings", "Overdue"]
 @dataclasses.dataclass(frozen=True)
 class HeartbeatSettings:
     floor: float = 2.0
-    """Shortest hang deadline, seconds (> 0). 2 s: above scheduling noise on a loaded host."""
+    """Shortest step deadline, seconds (> 0). 2 s: above scheduling noise on a loaded host."""
     cap: float = 600.0
-    """Longest deadline between steps, seconds (>= floor); the old 30-min collective timeout is
-    what this replaces."""
+    """Longest step deadline, seconds (>= floor); the 30-min collective timeout is what this
+    replaces."""
     factor: float = 10.0
-    """Deadline = factor x the longest recent step interval (>= 1). 10 leaves room for the slow
-    step that a checkpoint or a busy neighbour causes."""
+    """Step deadline = factor x the longest recent step interval (>= 1). 10 leaves room for the
+    slow step that a busy neighbour causes."""
     window: int = 50
     """Step intervals remembered (>= 1)."""
     startup_timeout: float = 600.0
     """Seconds from a worker's start to its first mark: imports, rendezvous, model build."""
     busy_timeout: float = 1800.0
     """Seconds a worker may stay in a checkpoint, a restore or declared busy work."""
+    idle_timeout: float = 600.0
+    """Seconds a worker may stay between two steps, or after its last one."""
 
     def __post_init__(self) -> None:
         if not self.floor > 0:
@@ -45,9 +52,10 @@ class HeartbeatSettings:
             raise ValueError(f"heartbeat factor must be >= 1, got {self.factor}")
         if self.window < 1:
             raise ValueError(f"heartbeat window must be >= 1 interval, got {self.window}")
-        for name in ("startup_timeout", "busy_timeout"):
+        for name in ("startup_timeout", "busy_timeout", "idle_timeout"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+                flag = "heartbeat-" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be > 0 seconds, got {getattr(self, name)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +63,7 @@ class Overdue:
     rank: int
     silent_seconds: float
     deadline_seconds: float
-    waiting_for: str  # "first mark", "next step", or the busy activity
+    waiting_for: str  # "first mark", "end of step", "next step", or the busy activity
 
     def describe(self) -> str:
         return (f"no mark for {self.silent_seconds:.1f} s while waiting for {self.waiting_for}; "
@@ -66,10 +74,16 @@ class Overdue:
 class _RankState:
     started_at: float
     last_mark: float | None = None
+    in_step: bool = False
     last_begin: float | None = None
     busy: messages.ActivityKind | None = None
     busy_since: float = 0.0
     busy_seconds: float = 0.0  # spent busy since the last step began: not step time
+
+    @property
+    def holding_up(self) -> bool:
+        """Starting or busy: the others may be waiting for it, and rightly."""
+        return self.busy is not None or self.last_mark is None
 
 
 class HangDetector:
@@ -94,6 +108,7 @@ class HangDetector:
                 self._intervals.append(max(0.0, at - state.last_begin - state.busy_seconds))
             state.last_begin = at
             state.busy_seconds = 0.0
+        state.in_step = phase is messages.StepPhase.BEGIN
         state.last_mark = at
 
     def activity(self, rank: int, kind: messages.ActivityKind, active: bool, *, at: float) -> None:
@@ -104,10 +119,11 @@ class HangDetector:
             state.busy_seconds += at - state.busy_since
         state.busy = kind if active else None
         state.busy_since = at
+        state.in_step = False
         state.last_mark = at
 
     def step_deadline(self) -> float:
-        """Seconds a rank may stay silent between steps, from what was observed so far."""
+        """Seconds a rank may stay inside one step, from what was observed so far."""
         if not self._intervals:
             return self.settings.cap
         longest = max(self._intervals)
@@ -115,16 +131,22 @@ class HangDetector:
 
     def overdue(self, *, now: float) -> list[Overdue]:
         """Ranks past their deadline at ``now``, the longest silent first."""
+        held_up = any(state.holding_up for state in self._ranks.values())
         late: list[Overdue] = []
         for rank, state in self._ranks.items():
             if state.busy is not None:
-                since, allowed, waiting = state.busy_since, self.settings.busy_timeout, str(
-                    state.busy)
+                since, allowed, waiting = (
+                    state.busy_since, self.settings.busy_timeout, str(state.busy))
             elif state.last_mark is None:
                 since, allowed, waiting = (
                     state.started_at, self.settings.startup_timeout, "first mark")
+            elif held_up:
+                continue  # waiting for a rank that is starting or busy is no hang
+            elif state.in_step:
+                since, allowed, waiting = state.last_mark, self.step_deadline(), "end of step"
             else:
-                since, allowed, waiting = state.last_mark, self.step_deadline(), "next step"
+                since, allowed, waiting = (
+                    state.last_mark, self.settings.idle_timeout, "next step")
             if now - since > allowed:
                 late.append(Overdue(rank, now - since, allowed, waiting))
         return sorted(late, key=lambda overdue: -overdue.silent_seconds)

@@ -12,6 +12,7 @@ __all__ = [
     "ProcessFault",
     "ProcessFaultKind",
     "describe_returncode",
+    "lost_a_peer",
 ]
 
 
@@ -20,6 +21,20 @@ class ProcessFaultKind(enum.StrEnum):
     SIGNALED = "signaled"  # the process was ended by a signal (SIGKILL, SIGSEGV, ...)
     HUNG = "hung"  # the process lives but missed its heartbeat deadline
     RAISED = "raised"  # an uncaught exception, reported by the worker as it began to exit
+
+
+_PEER_LOSS = (
+    "connection closed by peer",  # gloo, the peer's process is gone
+    "connection reset by peer",
+    "broken pipe",
+    "nccl communicator was aborted",
+)
+
+
+def lost_a_peer(error: str) -> bool:
+    """Whether a worker's error says a peer went away: a consequence, not a cause."""
+    text = error.lower()
+    return any(phrase in text for phrase in _PEER_LOSS)
 
 
 def describe_returncode(returncode: int) -> str:

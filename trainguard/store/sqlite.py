@@ -45,7 +45,9 @@ class SqliteStore:
             if read_only:
                 if not path.exists():
                     raise api.StoreError(f"no state store at {path}")
-                connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+                # as_uri() escapes '#', '?' and '%', which a URI would otherwise interpret.
+                uri = path.absolute().as_uri() + "?mode=ro"
+                connection = sqlite3.connect(uri, uri=True, timeout=10)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 connection = sqlite3.connect(path, timeout=10)

@@ -121,6 +121,7 @@ class Session:
         """Mark one training step: heartbeat, fault-injection point, place to stop."""
         self._before_step(step)
         self._link.send(messages.StepMark(step, messages.StepPhase.BEGIN, time.monotonic()))
+        self._inject_due(step)
         yield
         self._link.send(messages.StepMark(step, messages.StepPhase.END, time.monotonic()))
         stop_at = self._stop_at
@@ -140,6 +141,9 @@ class Session:
         stop_at = self._stop_at
         if stop_at is not None and step > stop_at:
             self._stop(resume_step=step)
+
+    def _inject_due(self, step: int) -> None:
+        """Injected faults strike inside the step, where real ones do."""
         with self._lock:
             due = [i for i in self._injections if i.at_step is None or step >= i.at_step]
             self._injections = [i for i in self._injections if i not in due]

@@ -164,6 +164,8 @@ def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = t
         raise SnapshotError(f"cannot open snapshot {path}: {error}") from error
     try:
         size = os.fstat(descriptor).st_size
+        if size < snapshot_layout.HEADER_SIZE:
+            raise SnapshotError(f"{path} has {size} bytes: too short for a snapshot")
         # A private writable mapping: torch.frombuffer wants a writable buffer, and no write
         # through it can reach the file.
         memory = mmap.mmap(descriptor, size, flags=mmap.MAP_PRIVATE,

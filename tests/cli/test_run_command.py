@@ -1,0 +1,159 @@
+"""``trainguard run`` parses torchrun's command line and trainguard's own options."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from trainguard import launcher
+from trainguard.cli import run_command
+from trainguard.detect import heartbeat
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text("print('hello')\n")
+    return path
+
+
+def parse(args: list[str]) -> launcher.RunSettings:
+    return run_command.build_settings(run_command.parser().parse_args(args))
+
+
+def test_help_has_a_section_for_torchrun_and_one_for_trainguard(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_command.parser().parse_args(["--help"])
+    assert exited.value.code == 0
+    torchrun, _, ours = capsys.readouterr().out.partition("trainguard options:")
+    assert "torchrun options:" in torchrun
+    assert "--nproc-per-node NPROC_PER_NODE, --nproc_per_node NPROC_PER_NODE" in torchrun
+    for expected in ("--heartbeat-floor", "TRAINGUARD_HEARTBEAT_FLOOR", "--persist-interval",
+                     "--run-root", "--inject"):
+        assert expected in ours
+    assert "--heartbeat-floor NUMBER\n" not in torchrun
+
+
+@pytest.mark.parametrize("spelling", ["--nproc-per-node", "--nproc_per_node"])
+def test_both_spellings_of_a_torchrun_flag(spelling: str, script: Path) -> None:
+    settings = parse([spelling, "3", str(script)])
+    assert settings.agent.nproc_per_node == 3
+
+
+def test_script_arguments_pass_through_even_when_they_look_like_options(script: Path) -> None:
+    settings = parse(["--max-restarts", "2", str(script), "--steps", "5", "-m", "x"])
+    assert settings.agent.program.args == ("--steps", "5", "-m", "x")
+    assert settings.agent.program.mode == "path"
+    assert settings.agent.program.target == str(script.resolve())
+    assert settings.recovery.max_restarts == 2
+    assert settings.agent.max_restarts == 2
+
+
+def test_module_and_program_modes() -> None:
+    settings = parse(["-m", "trainguard.demo.ddp_job", "--steps", "3"])
+    assert (settings.agent.program.mode, settings.agent.program.target) == (
+        "module", "trainguard.demo.ddp_job")
+    assert parse(["--no-python", "echo", "hi"]).agent.program.mode == "exec"
+
+
+def test_environment_fallbacks(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "2")
+    monkeypatch.setenv("PET_STANDALONE", "1")
+    monkeypatch.setenv("TRAINGUARD_HEARTBEAT_FLOOR", "3.5")
+    monkeypatch.setenv("TRAINGUARD_PRELOAD", "json,csv")
+    arguments = run_command.parser().parse_args([str(script)])
+    assert arguments.standalone is True
+    settings = run_command.build_settings(arguments)
+    assert settings.agent.nproc_per_node == 2
+    assert settings.heartbeat.floor == 3.5
+    assert settings.agent.preload == ("json", "csv")
+
+
+def test_flag_beats_environment(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINGUARD_HEARTBEAT_FLOOR", "3.5")
+    assert parse(["--heartbeat-floor", "4", str(script)]).heartbeat.floor == 4.0
+
+
+def test_defaults_come_from_the_settings(script: Path) -> None:
+    settings = parse([str(script)])
+    assert settings.heartbeat == heartbeat.HeartbeatSettings()
+    assert settings.agent.nproc_per_node == 1
+    assert settings.recovery.max_restarts == 0  # torchrun's default
+    assert settings.agent.output.log_dir == settings.agent.run_dir / "logs"
+
+
+def test_run_id_names_the_run_directory(script: Path, tmp_path: Path) -> None:
+    settings = parse(["--run-root", str(tmp_path / "runs"), "--rdzv-id", "job7", str(script)])
+    assert settings.agent.run_id == "job7"
+    assert settings.agent.run_dir == tmp_path / "runs" / "job7"
+    assert parse(["--run-id", "job8", str(script)]).agent.run_id == "job8"
+    fresh = parse([str(script)]).agent.run_id
+    assert fresh != "none"
+    assert fresh != parse([str(script)]).agent.run_id
+
+
+def test_fault_plan(script: Path) -> None:
+    settings = parse(["--nproc-per-node", "4", "--inject", "crash:1:60,hang:2:150", str(script)])
+    assert [(str(f.kind), f.rank, f.step) for f in settings.agent.fault_plan] == [
+        ("crash", 1, 60), ("hang", 2, 150)]
+
+
+def test_redirects_per_rank(script: Path) -> None:
+    settings = parse(["--nproc-per-node", "2", "-r", "0:1,1:3", "--tee", "2", str(script)])
+    assert settings.agent.output.redirects == {0: 1, 1: 3}
+    assert settings.agent.output.tee == 2
+
+
+def test_ignored_torchrun_flags_warn(script: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        parse(["--rdzv-backend", "c10d", str(script)])
+    assert "--rdzv-backend has no effect" in caplog.text
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--no-such-flag", "x.py"], "unrecognized arguments: --no-such-flag"),
+    ([], "the following arguments are required: training_script"),
+    (["--max-restarts", "many", "x.py"], "argument --max-restarts/--max_restarts: invalid int"),
+    (["--heartbeat-floor", "soon", "x.py"], "--heartbeat-floor: 'soon' is not a valid float"),
+])
+def test_malformed_command_lines(args: list[str], expected: str,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_command.parser().parse_args(args)
+    assert exited.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--nnodes", "2"], "--nnodes 2: only single-node jobs"),
+    (["--node-rank", "1"], "--node-rank"),
+    (["-m", "--no-python"], "--module and --no-python cannot be used together"),
+    (["--redirects", "5"], "--redirects: '5' is not one of"),
+    (["--tee", "0:9"], "--tee: bad entry '0:9'"),
+    (["--inject", "boom:1:2"], "--inject: 'boom:1:2' is not KIND:RANK:STEP"),
+    (["--inject", "crash:3:2"], "fault plan names rank 3"),
+    (["--nproc-per-node", "zero"], "--nproc-per-node: 'zero'"),
+    (["--heartbeat-floor", "5", "--heartbeat-cap", "1"], "heartbeat cap (1.0 s) must be >="),
+    (["--keep-checkpoints", "0"], "keep-checkpoints must be >= 1"),
+    (["--snapshot-grace", "-1"], "snapshot-grace must be >= 0 seconds"),
+    (["--signals-to-handle", "SIGNOPE"], "unknown signal 'SIGNOPE'"),
+])
+def test_bad_values_name_the_flag(args: list[str], expected: str, script: Path) -> None:
+    with pytest.raises(run_command.UsageError) as caught:
+        parse([*args, str(script)])
+    assert expected in str(caught.value)
+
+
+def test_missing_script_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(run_command.UsageError, match=r"training script '.*missing\.py' does not"):
+        parse([str(tmp_path / "missing.py")])
+
+
+def test_bad_environment_value_names_the_variable(script: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINGUARD_HEARTBEAT_FLOOR", "soon")
+    with pytest.raises(run_command.UsageError, match="TRAINGUARD_HEARTBEAT_FLOOR: 'soon'"):
+        parse([str(script)])

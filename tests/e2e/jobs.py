@@ -1,0 +1,107 @@
+"""Running ``trainguard run`` for real: a process group per job, cleaned up whatever happens."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["SCRIPTS", "Job", "Start"]
+
+SCRIPTS = Path(__file__).parent / "scripts"
+DEFAULT_TIMEOUT = 180.0
+
+
+class Job:
+    """One ``trainguard run`` process (and, through its process group, everything it starts)."""
+
+    def __init__(self, args: list[str], *, run_root: Path, run_id: str, cwd: Path,
+                 env: dict[str, str] | None = None) -> None:
+        self.run_dir = run_root / run_id
+        self.log = cwd / f"{run_id}.console.log"
+        command = [sys.executable, "-m", "trainguard", "run", "--run-root", str(run_root),
+                   "--rdzv-id", run_id, *args]
+        self._output = self.log.open("ab")
+        self.process = subprocess.Popen(
+            command, cwd=cwd, stdout=self._output, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})}, start_new_session=True)
+
+    def wait(self, timeout: float = DEFAULT_TIMEOUT) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"trainguard run did not end within {timeout} s:\n{self.output()}")
+
+    def output(self) -> str:
+        self._output.flush()
+        return self.log.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
+        self._output.close()
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        path = self.run_dir / "state.db"
+        if not path.exists():
+            return []
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT kind, data FROM events ORDER BY id").fetchall()
+        return [dict(json.loads(data), kind=k) for k, data in rows if kind in (None, k)]
+
+    def wait_for(self, what: str, condition: Callable[[], Any], *,
+                 timeout: float = DEFAULT_TIMEOUT) -> Any:
+        """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds or if the job
+        ended first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = condition()
+            if result:
+                return result
+            if self.process.poll() is not None:
+                result = condition()
+                if result:
+                    return result
+                pytest.fail(f"the job ended before {what}:\n{self.output()}")
+            time.sleep(0.05)
+        pytest.fail(f"timed out after {timeout} s waiting for {what}:\n{self.output()}")
+
+    def wait_for_event(self, kind: str, count: int = 1, *, timeout: float = DEFAULT_TIMEOUT
+                       ) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.wait_for(
+            f"{count} {kind} event(s)", lambda: (e := self.events(kind)) and len(e) >= count
+            and e, timeout=timeout)
+        return found
+
+    def children(self) -> dict[str, int]:
+        """The agent's helper processes by role: 'standby', 'persister'."""
+        found = {}
+        for task in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                if int((task / "stat").read_text().rsplit(")", 1)[1].split()[1]) != \
+                        self.process.pid:
+                    continue
+                command = (task / "cmdline").read_bytes().decode(errors="replace")
+                for role in ("standby", "persister"):
+                    if f"trainguard.agent.{role}" in command:
+                        found[role] = int(task.name)
+        return found
+
+
+Start = Callable[..., Job]

@@ -1,0 +1,57 @@
+"""A small DDP job for the end-to-end tests, with knobs for step time and snapshot size."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import trainguard.train
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=40)
+parser.add_argument("--width", type=int, default=64)
+parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds added to each step")
+parser.add_argument("--ballast-mb", type=int, default=0, help="extra state to make snapshots big")
+parser.add_argument("--output", type=Path)
+args = parser.parse_args()
+
+torch.manual_seed(0)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = nn.Sequential(nn.Linear(args.width, args.width), nn.Tanh(), nn.Linear(args.width, 1))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+state: dict[str, object] = {"model": model, "optimizer": optimizer, "extra": {"seen": 0}}
+if args.ballast_mb:
+    state["ballast"] = torch.zeros(args.ballast_mb * 2**20 // 4)
+session = trainguard.train.Session()
+start = session.restore(state)
+assert session.restored is not None
+print(f"rank {rank} restored step {start} from {session.restored.source}", flush=True)
+ddp = DistributedDataParallel(model)
+for step in range(start, args.steps):
+    with session.step(step):
+        generator = torch.Generator().manual_seed(step * 100 + rank)
+        inputs = torch.randn(16, args.width, generator=generator)
+        loss = (ddp(inputs) - inputs.sum(dim=1, keepdim=True)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        extra = state["extra"]
+        assert isinstance(extra, dict)
+        extra["seen"] += 1
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+    session.checkpoint(state, step=step + 1)
+if rank == 0 and args.output is not None:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.numpy().tobytes())
+    args.output.write_text(f"{digest.hexdigest()} {state['extra']}\n")
+dist.destroy_process_group()
