@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trainguard import __version__
+from trainguard import __version__, testing
 from trainguard.agent import control, node_agent
 from trainguard.cli import demo_command, run_command, runs
 from trainguard.ipc import messages
@@ -76,11 +76,7 @@ def show_events(
 ) -> None:
     """Show a run's recorded faults, decisions and recoveries."""
     directory = runs.resolve(run_dir, run_root, marker=STORE_NAME)
-    store = sqlite.SqliteStore.open(directory / STORE_NAME, read_only=True)
-    try:
-        recorded = store.events(kinds=kind or ())
-    finally:
-        store.close()
+    recorded = testing.recorded_events(directory, *(kind or ()))
     if as_json:
         for event in recorded:
             typer.echo(json.dumps({"id": event.id, "time": event.time, "kind": event.kind,

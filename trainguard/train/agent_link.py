@@ -1,13 +1,17 @@
 """The training process's connection to its node agent.
 
-The training thread never waits for the agent: :meth:`AgentLink.send` only queues, and a sender
-thread writes queued messages in batches. Only the two requests made outside the training step
-(slot reservation, restore plan) wait for an answer. A reader thread hands the agent's orders
-(fault injection, stop) to the session.
+The training thread never waits for the agent. :meth:`AgentLink.send` writes at once without
+blocking when nothing is waiting before it, so a step mark leaves before the script moves on
+(into a call that may hold the GIL for seconds, like the teardown of a process group); when the
+socket is full it queues, and a sender thread writes the queue in order. Signal handlers use
+:meth:`AgentLink.send_from_signal`, which only touches a reentrant queue. Only the two requests
+made outside the training step (slot reservation, restore plan) wait for an answer. A reader
+thread hands the agent's orders (fault injection, stop) to the session.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import logging
@@ -21,6 +25,8 @@ from trainguard.ipc import messages
 __all__ = ["AgentLink", "AgentLinkError"]
 
 logger = logging.getLogger(__name__)
+
+_SIGNAL_POLL_SECONDS = 0.05  # how soon the sender notices a message queued by a signal handler
 
 
 class AgentLinkError(RuntimeError):
@@ -43,8 +49,12 @@ class AgentLink:
             raise AgentLinkError(f"cannot reach the trainguard agent at {address}: {error}") \
                 from error
         self._on_order = on_order
-        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._write_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._pending: collections.deque[bytes] = collections.deque()  # under _lock
+        self._in_flight = False  # the sender is writing what it took from _pending
+        self._closing = False
+        self._from_signals: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._replies: dict[int, messages.Message] = {}
         self._reply_ready = threading.Condition()
@@ -57,12 +67,31 @@ class AgentLink:
         self._reader.start()
 
     def send(self, message: messages.Message) -> None:
-        """Queue a message; never blocks (safe in a signal handler)."""
-        self._outbox.put(messages.encode(message))
+        """Send a message without blocking; queue it if it cannot leave at once, in order."""
+        data = messages.encode(message)
+        with self._lock:
+            if not self._pending and not self._in_flight:
+                try:
+                    data = data[self._socket.send(data, socket.MSG_DONTWAIT):]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return  # the agent is gone: there is nobody to tell
+                if not data:
+                    return
+            self._pending.append(data)
+            self._changed.notify_all()
 
-    def send_now(self, message: messages.Message) -> None:
-        """Write a message before returning: for the moment before an injected fault."""
-        self._write(messages.encode(message))
+    def send_from_signal(self, message: messages.Message) -> None:
+        """Queue a message from a signal handler, which may have interrupted :meth:`send`."""
+        self._from_signals.put(messages.encode(message))
+
+    def send_now(self, message: messages.Message, *, timeout: float = 2.0) -> None:
+        """Send a message and everything before it, waiting up to ``timeout`` seconds: for the
+        moment before the process dies (an injected fault, an uncaught exception)."""
+        self.send(message)
+        with self._lock:
+            self._changed.wait_for(lambda: not self._pending and not self._in_flight, timeout)
 
     def next_request_id(self) -> int:
         return next(self._ids)
@@ -82,27 +111,28 @@ class AgentLink:
                 raise AgentLinkError(f"the agent did not answer {message.TYPE} within {timeout} s")
             return self._replies.pop(request_id)
 
-    def _write(self, data: bytes) -> None:
-        with self._write_lock:
-            try:
-                self._socket.sendall(data)
-            except OSError as error:
-                logger.debug("agent link write failed: %s", error)
-
     def _send_loop(self) -> None:
         while True:
-            item = self._outbox.get()
-            batch = []
-            while item is not None:
-                batch.append(item)
-                try:
-                    item = self._outbox.get_nowait()
-                except queue.Empty:
-                    break
-            if batch:
-                self._write(b"".join(batch))
-            if item is None:
-                return
+            with self._lock:
+                self._changed.wait_for(
+                    lambda: self._pending or self._closing or not self._from_signals.empty(),
+                    _SIGNAL_POLL_SECONDS)
+                batch = list(self._pending)
+                self._pending.clear()
+                while not self._from_signals.empty():
+                    batch.append(self._from_signals.get_nowait())
+                if not batch and self._closing:
+                    return
+                self._in_flight = bool(batch)
+            try:
+                if batch:
+                    self._socket.sendall(b"".join(batch))
+            except OSError as error:
+                logger.debug("agent link write failed: %s", error)
+            finally:
+                with self._lock:
+                    self._in_flight = False
+                    self._changed.notify_all()
 
     def _read_loop(self) -> None:
         stream = self._socket.makefile("rb")
@@ -125,7 +155,9 @@ class AgentLink:
 
     def close(self, *, timeout: float = 5.0) -> None:
         """Send what is queued, then disconnect."""
-        self._outbox.put(None)
+        with self._lock:
+            self._closing = True
+            self._changed.notify_all()
         self._sender.join(timeout)
         with contextlib.suppress(OSError):
             self._socket.shutdown(socket.SHUT_RDWR)

@@ -112,7 +112,7 @@ class Session:
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         # The agent answers with the step at which every rank stops (StopAt).
-        self._link.send(messages.StopRequested(time.monotonic()))
+        self._link.send_from_signal(messages.StopRequested(time.monotonic()))
 
     # --- the training loop -------------------------------------------------------------------
 

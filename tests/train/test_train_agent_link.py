@@ -1,0 +1,133 @@
+"""The worker's link to its agent: order kept, nothing blocks, requests answered by id."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from trainguard.ipc import messages
+from trainguard.train import agent_link
+
+
+class FakeAgent:
+    """Accepts one connection and collects what arrives; can answer requests."""
+
+    def __init__(self) -> None:
+        self.address = f"@trainguard-test-{uuid.uuid4().hex}"
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind("\0" + self.address[1:])
+        self._listener.listen(1)
+        self.received: list[messages.Message] = []
+        self.arrived = threading.Condition()
+        self.connection: socket.socket | None = None
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.connection, _ = self._listener.accept()
+        for line in self.connection.makefile("rb"):
+            message = messages.decode(line)
+            with self.arrived:
+                self.received.append(message)
+                self.arrived.notify_all()
+            if isinstance(message, messages.RestorePlanRequest):
+                self.connection.sendall(messages.encode(messages.RestorePlan(
+                    message.request_id, messages.RestoreSource.NONE, 0, "", 0, ["", ""], "")))
+
+    def wait_for(self, count: int) -> list[messages.Message]:
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: len(self.received) >= count, 10), \
+                f"only {len(self.received)} of {count} messages arrived"
+            return list(self.received)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self._listener.close()
+
+
+@pytest.fixture
+def agent() -> Iterator[FakeAgent]:
+    fake = FakeAgent()
+    yield fake
+    fake.close()
+
+
+def test_messages_arrive_in_the_order_they_were_sent(agent: FakeAgent) -> None:
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    marks = [messages.StepMark(step, phase, float(step))
+             for step in range(2000) for phase in messages.StepPhase]
+    for mark in marks:
+        link.send(mark)
+    link.send_from_signal(messages.StopRequested(1.0))
+    received = agent.wait_for(len(marks) + 1)
+    assert received[: len(marks)] == marks
+    assert received[-1] == messages.StopRequested(1.0)
+    link.close()
+
+
+def test_send_now_returns_once_everything_before_it_is_out(agent: FakeAgent) -> None:
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    for step in range(100):
+        link.send(messages.StepMark(step, messages.StepPhase.BEGIN, 0.0))
+    link.send_now(messages.FaultInjected(messages.InjectionKind.CRASH, 100, 0.0))
+    assert agent.wait_for(101)[-1] == messages.FaultInjected(
+        messages.InjectionKind.CRASH, 100, 0.0)
+    link.close()
+
+
+def test_a_request_gets_the_answer_with_its_id(agent: FakeAgent) -> None:
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    request_id = link.next_request_id()
+    answer = link.request(messages.RestorePlanRequest(request_id), request_id=request_id,
+                          timeout=10)
+    assert isinstance(answer, messages.RestorePlan)
+    assert answer.request_id == request_id
+    link.close()
+
+
+def test_orders_reach_the_session(agent: FakeAgent) -> None:
+    orders: list[messages.Message] = []
+    got = threading.Event()
+
+    def take(order: messages.Message) -> None:
+        orders.append(order)
+        got.set()
+
+    link = agent_link.AgentLink(agent.address, on_order=take)
+    agent.wait_for(0)
+    link.send(messages.Hello(0, 0, 1, 0))
+    agent.wait_for(1)
+    assert agent.connection is not None
+    agent.connection.sendall(messages.encode(messages.StopAt(7)))
+    assert got.wait(10)
+    assert orders == [messages.StopAt(7)]
+    link.close()
+
+
+def test_a_request_without_answer_times_out(agent: FakeAgent) -> None:
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    with pytest.raises(agent_link.AgentLinkError, match="did not answer reserve-slot within"):
+        link.request(messages.ReserveSlot(5, 0, 10), request_id=5, timeout=0.2)
+    link.close()
+
+
+def test_nothing_listening_is_a_clear_error() -> None:
+    with pytest.raises(agent_link.AgentLinkError, match="cannot reach the trainguard agent"):
+        agent_link.AgentLink(f"@nobody-{uuid.uuid4().hex}", on_order=lambda order: None)
+
+
+def test_sending_after_the_agent_left_does_not_block_or_raise(agent: FakeAgent) -> None:
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    link.send(messages.Hello(0, 0, 1, 0))
+    agent.wait_for(1)
+    agent.close()
+    for step in range(10000):
+        link.send(messages.StepMark(step, messages.StepPhase.BEGIN, 0.0))
+    with contextlib.suppress(agent_link.AgentLinkError):
+        link.close(timeout=5)

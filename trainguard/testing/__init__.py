@@ -1,0 +1,29 @@
+"""Helpers for testing jobs that run under trainguard (public API).
+
+``inject_fault`` causes a real fault in a worker of a running job, as ``trainguard fault inject``
+does; ``recorded_events`` reads a run's event log, as ``trainguard events`` does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainguard.agent.control import ControlError, inject_fault
+from trainguard.ipc.messages import InjectionKind
+from trainguard.launcher import STORE_NAME
+from trainguard.store import api, sqlite
+
+__all__ = ["ControlError", "InjectionKind", "inject_fault", "recorded_events"]
+
+
+def recorded_events(run_dir: Path, *kinds: str) -> list[api.StoredEvent]:
+    """The events of the run in ``run_dir``, oldest first, optionally only of ``kinds``.
+
+    Raises:
+        trainguard.store.api.StoreError: ``run_dir`` has no state store.
+    """
+    store = sqlite.SqliteStore.open(run_dir / STORE_NAME, read_only=True)
+    try:
+        return store.events(kinds=kinds)
+    finally:
+        store.close()
