@@ -68,6 +68,7 @@ class FakeGeneration:
     workers: dict[int, FakeWorker]
     restore: FakeRestore = dataclasses.field(default_factory=FakeRestore)
     completed_step: int | None = None
+    plan_seconds: float = 0.0
 
     def succeed(self) -> None:
         for worker in self.workers.values():
@@ -215,7 +216,8 @@ def test_success_on_the_first_generation(store: sqlite.SqliteStore) -> None:
         assert h.kinds() == ["generation-started", "job-finished"]
         assert h.data("generation-started") == [{
             "job": JOB, "generation": 0, "world_size": 2, "master_port": 29500,
-            "restart_count": 0}]
+            "restart_count": 0, "restore_source": "none", "restore_step": 0,
+            "plan_seconds": 0.0}]
         assert h.data("job-finished") == [{
             "job": JOB, "outcome": "succeeded", "reason": "every rank finished",
             "generations": 1, "restarts_used": 0, "exit_code": 0, "wall_seconds": 12.5}]

@@ -47,7 +47,8 @@ def events_recorder(store: sqlite.SqliteStore, clock: FakeClock) -> recorder.Eve
 
 def _generation_started(generation: int = 0) -> events.GenerationStarted:
     return events.GenerationStarted(job="demo", generation=generation, world_size=4,
-                                    master_port=29500, restart_count=generation)
+                                    master_port=29500, restart_count=generation,
+                                    restore_source="memory", restore_step=7, plan_seconds=0.01)
 
 
 def test_fake_clock_is_a_clock() -> None:
@@ -76,7 +77,8 @@ def test_record_stores_the_event_with_the_clock_time(
     assert stored == api.StoredEvent(
         id=event_id, time="2023-11-14T22:13:20.250Z", kind="generation-started",
         data={"job": "demo", "generation": 0, "world_size": 4, "master_port": 29500,
-              "restart_count": 0})
+              "restart_count": 0, "restore_source": "memory", "restore_step": 7,
+              "plan_seconds": 0.01})
 
 
 def test_record_returns_growing_ids_and_uses_the_current_time(
@@ -112,7 +114,8 @@ def test_record_logs_the_summary(events_recorder: recorder.EventRecorder,
 
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
         ("trainguard.store.recorder", logging.INFO,
-         "generation 3: 4 ranks, rendezvous on port 29500")]
+         "generation 3: 4 ranks, rendezvous on port 29500, state of step 7 from memory "
+         "(chosen in 0.01 s)")]
 
 
 def test_record_tells_every_listener_in_order(events_recorder: recorder.EventRecorder) -> None:

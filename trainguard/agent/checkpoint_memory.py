@@ -28,6 +28,9 @@ __all__ = ["CheckpointMemory", "CheckpointSettings", "RestoreChoice"]
 logger = logging.getLogger(__name__)
 
 _PERSIST_ATTEMPTS = 3
+# Checksumming reads the whole snapshot: memory bandwidth the next step's copy would share.
+# Once a second keeps a recent reference for restores without slowing every step's snapshot.
+_HASH_INTERVAL = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +86,7 @@ class CheckpointMemory:
         self._persisted_step = -1
         self._hashed_step = -1
         self._last_persist = clock.monotonic()
+        self._last_hash = float("-inf")
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = asyncio.Lock()
@@ -134,9 +138,11 @@ class CheckpointMemory:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=due if due > 0 else None)
             self._wake.clear()
-            if self._clock.monotonic() - self._last_persist >= self.settings.persist_interval:
+            now = self._clock.monotonic()
+            if now - self._last_persist >= self.settings.persist_interval:
                 await self.flush()
-            else:
+            elif now - self._last_hash >= _HASH_INTERVAL:
+                self._last_hash = now
                 await self._hash_newest()
 
     def _shards(self, states: list[snapshot_slots.SlotState]) -> list[dict[str, object]]:

@@ -164,13 +164,15 @@ class NodeAgent:
     async def start_generation(self, number: int, *, restart_count: int) -> workers.Generation:
         """Plan the restore, then start every rank. Raises: standby_client.StandbyError."""
         standby = await self._ensure_standby()
+        planning = self._clock.monotonic()
         restore = await self._checkpoints.plan_restore()
+        plan_seconds = self._clock.monotonic() - planning
         settings = self.settings
         port = settings.master_port if number == 0 and settings.master_port else free_port(
             settings.master_addr)
         generation = workers.Generation(number=number, restart_count=restart_count,
                                         master_port=port, started_at=self._clock.monotonic(),
-                                        restore=restore)
+                                        restore=restore, plan_seconds=plan_seconds)
         self._generation = generation
         self._last_begin = None
         for local_rank in range(settings.nproc_per_node):

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import xxhash
 
 from trainguard import clock as clocks
@@ -138,10 +139,12 @@ def _write_shard(data: memoryview, header: snapshot_layout.SnapshotHeader, targe
 def persist(command: dict[str, Any]) -> dict[str, Any]:
     """Write every rank's snapshot of one step to disk, then the manifest.
 
-    First every shard is copied out of shared memory into this process, which takes
-    milliseconds, and checked to be still the same snapshot afterwards: a worker reuses a slot
-    two snapshots later, which can come long before a slow disk write ends. Then the private
-    copies are written, as slowly as the bandwidth limit asks, with no race left.
+    A worker reuses a slot two snapshots later, which can come long before a slow disk write
+    ends. So when memory allows, every shard is first copied out of shared memory into this
+    process (milliseconds) and checked to be still the same snapshot; the private copies are then
+    written as slowly as the bandwidth limit asks, with no race left. A checkpoint too big to copy
+    (over a quarter of the available memory) is written straight from shared memory, each shard
+    checked afterwards; a job that snapshots that much state takes its snapshots further apart.
     """
     step = int(command["step"])
     directory = checkpoint_disk.CheckpointDirectory(Path(command["root"]))
@@ -151,19 +154,22 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
     slots: list[_OpenSlot] = []
     records = []
     try:
-        copies = []
         for item in command["shards"]:
             slot = _OpenSlot(_Shard(int(item["rank"]), str(item["path"]), int(item["seq"])))
             slots.append(slot)
             if slot.header.step != step:
                 raise PersistError(
                     f"rank {slot.shard.rank}: slot holds step {slot.header.step}, not {step}")
-            copies.append(slot.memory[: slot.header.end])
+        private = sum(slot.header.end for slot in slots) < psutil.virtual_memory().available // 4
+        sources: list[bytes | mmap.mmap] = []
+        for slot in slots:
+            sources.append(slot.memory[: slot.header.end] if private else slot.memory)
             slot.check()
         target.mkdir(parents=True, exist_ok=True)
-        for slot, data in zip(slots, copies, strict=True):
+        for slot, data in zip(slots, sources, strict=True):
             name = checkpoint_disk.shard_name(slot.shard.rank)
             checksum = _write_shard(memoryview(data), slot.header, target / name, throttle)
+            slot.check()  # a straight write may have raced a worker
             slot.record_checksum(checksum)
             records.append(checkpoint_disk.ShardRecord(slot.shard.rank, name, slot.header.end,
                                                        checksum))
@@ -204,6 +210,7 @@ def _hash(command: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     lifeline.die_with_parent(int(argv[0]))
+    os.nice(10)  # background work: training gets the CPU first
     for line in sys.stdin:
         command = json.loads(line)
         reply = persist(command) if command["op"] == "persist" else _hash(command)

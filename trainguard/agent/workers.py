@@ -135,8 +135,10 @@ class Generation:
         master_port: int,
         started_at: float,
         restore: checkpoint_memory.RestoreChoice,
+        plan_seconds: float = 0.0,
     ) -> None:
         self.number = number
+        self.plan_seconds = plan_seconds
         self.restart_count = restart_count
         self.master_port = master_port
         self.started_at = started_at

@@ -46,6 +46,10 @@ class GenerationHandle(Protocol):
     @property
     def restore(self) -> RestoreView: ...
     @property
+    def plan_seconds(self) -> float:
+        """Seconds spent choosing and verifying the state to restore."""
+        ...
+    @property
     def outcome(self) -> asyncio.Future[process.GenerationOutcome]: ...
     @property
     def all_stepping(self) -> asyncio.Future[float]:

@@ -85,7 +85,9 @@ class JobController:
                 number, restart_count=self._restarts_used)
             self._record(events.GenerationStarted(
                 job=self._job, generation=number, world_size=self._world_size,
-                master_port=generation.master_port, restart_count=self._restarts_used))
+                master_port=generation.master_port, restart_count=self._restarts_used,
+                restore_source=str(generation.restore.source),
+                restore_step=generation.restore.step, plan_seconds=generation.plan_seconds))
             self._publish("running" if recovering is None else "recovering", generation)
             watcher = None
             if recovering is not None:

@@ -54,10 +54,15 @@ class GenerationStarted(Event):
     world_size: int
     master_port: int
     restart_count: int
+    restore_source: str  # where the ranks' state comes from: memory, disk or none
+    restore_step: int
+    plan_seconds: float  # choosing and verifying that state, before any rank started
 
     def summary(self) -> str:
-        return (f"generation {self.generation}: {self.world_size} ranks, "
-                f"rendezvous on port {self.master_port}")
+        start = (f"state of step {self.restore_step} from {self.restore_source}"
+                 if self.restore_source != "none" else "no saved state")
+        return (f"generation {self.generation}: {self.world_size} ranks, rendezvous on port "
+                f"{self.master_port}, {start} (chosen in {self.plan_seconds:.2f} s)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +75,7 @@ class FaultDetected(Event):
     returncode: int | None
     last_step: int | None
     detect_seconds: float | None
+    detected_at: float  # monotonic seconds, the clock workers' marks use on this host
     injected: str | None
     detail: str
     error_excerpt: str
@@ -86,6 +92,7 @@ class FaultDetected(Event):
             returncode=fault.returncode,
             last_step=fault.last_step,
             detect_seconds=fault.detect_seconds,
+            detected_at=fault.detected_at,
             injected=fault.injected,
             detail=fault.detail,
             error_excerpt=fault.error_excerpt,

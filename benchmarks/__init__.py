@@ -1,0 +1,1 @@
+"""Benchmarks: measured against the targets of the issues; results in benchmarks/results/."""

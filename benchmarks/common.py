@@ -1,0 +1,107 @@
+"""Shared by the benchmarks: timelines written by the jobs, process groups, result files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+JOBS = Path(__file__).parent / "jobs"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class TimelineReader:
+    """Reads the marks the benchmark jobs write (jobs/timeline.py), only what is new each time,
+    so that polling does not steal the CPU the job is measured on."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._offsets: dict[Path, int] = {}
+        self.marks: list[dict[str, Any]] = []
+
+    def read(self) -> list[dict[str, Any]]:
+        for path in self._directory.glob("timeline-*.jsonl"):
+            with path.open("rb") as stream:
+                stream.seek(self._offsets.get(path, 0))
+                data = stream.read()
+            complete = data[: data.rfind(b"\n") + 1]
+            self._offsets[path] = self._offsets.get(path, 0) + len(complete)
+            for line in complete.splitlines():
+                with contextlib.suppress(ValueError):
+                    self.marks.append(json.loads(line))
+        self.marks.sort(key=lambda mark: mark["mono"])
+        return self.marks
+
+
+def wait_until(what: str, condition: Callable[[], Any], *, timeout: float,
+               process: subprocess.Popen[bytes] | None = None, poll: float = 0.01) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the job exited ({process.returncode}) before {what}")
+        time.sleep(poll)
+    raise TimeoutError(f"no {what} within {timeout} s")
+
+
+class ProcessGroup:
+    """A command in its own session; everything it started dies with it."""
+
+    def __init__(self, command: Sequence[str], *, log: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        self.log = log
+        self._output = log.open("wb")
+        self.process = subprocess.Popen(
+            list(command), stdout=self._output, stderr=subprocess.STDOUT, cwd=cwd,
+            env={**os.environ, **(env or {})}, start_new_session=True)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(30)
+        self._output.close()
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "argv": sys.argv}
+
+
+def write_result(name: str, body: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    body = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine(), **body}
+    path.write_text(json.dumps(body, indent=1) + "\n")
+    return path

@@ -1,0 +1,155 @@
+"""Recovery benchmark: kill -9 (crash) or SIGSTOP (hang) one rank of a 4-rank DDP job.
+
+For each trial a fresh job starts; once a random rank reaches a random step, the benchmark
+sends it the signal and measures, from the job's own timeline (jobs/timeline.py):
+
+- detected: fault -> the launcher noticed (trainguard: its fault-detected event; torchrun: the
+  first line its elastic agent logs about the failure);
+- recovered: fault -> every rank has begun a step in the new attempt;
+- steps lost: completed steps before the fault that the new attempt had to redo.
+
+torchrun runs with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, without which it does not recover at
+all on this machine (FINDINGS.md), checkpointing with torch.save every 25 steps as its users do.
+
+    python -m benchmarks.recovery --trials 5            # crash, trainguard and torchrun
+    python -m benchmarks.recovery --fault hang --tools trainguard
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import re
+import signal
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+_TORCH_LOG = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*(failed|exitcode|Sending process)")
+
+
+def _command(tool: str, workdir: Path, steps: int) -> tuple[list[str], dict[str, str]]:
+    job = [str(common.JOBS / "recovery_job.py"), "--steps", str(steps)]
+    env = {"BENCH_TIMELINE_DIR": str(workdir)}
+    if tool == "trainguard":
+        return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node", "4",
+                "--max-restarts", "3", "-r", "3", "--run-root", str(workdir / "runs"),
+                "--rdzv-id", "bench", "--persist-interval", "1000", *job], env
+    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    # --standalone: with the static rendezvous, restarted workers read stale addresses even
+    # with the variable above and gloo fails to connect (seen here, 4 of 4 restarts).
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            "4", "--max-restarts", "3", "-r", "3",
+            "--log-dir", str(workdir / "logs"), *job, "--checkpoint",
+            str(workdir / "checkpoint.pt")], env
+
+
+def _detected_trainguard(workdir: Path) -> float | None:
+    """Monotonic time of trainguard's first fault-detected event."""
+    path = workdir / "runs" / "bench" / "state.db"
+    if not path.exists():
+        return None
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        row = db.execute("SELECT data FROM events WHERE kind = 'fault-detected' ORDER BY id "
+                         "LIMIT 1").fetchone()
+    return float(json.loads(row[0])["detected_at"]) if row else None
+
+
+def _detected_torchrun(log: Path, after_wall: float) -> float | None:
+    """Wall time of the first line torchrun logged about the failure, after the fault."""
+    year = datetime.datetime.now(datetime.UTC).year
+    for line in log.read_text(errors="replace").splitlines():
+        match = _TORCH_LOG.match(line)
+        if match is None:
+            continue
+        stamp = datetime.datetime.strptime(f"{year}{match[1]} {match[2]}", "%Y%m%d %H:%M:%S.%f")
+        wall = stamp.replace(tzinfo=datetime.UTC).timestamp()
+        if wall >= after_wall - 0.5:
+            return wall
+    return None
+
+
+def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"{tool}-", dir=root))
+    victim, at_step = rng.randrange(4), rng.randrange(40, 120)
+    command, env = _command(tool, workdir, steps)
+    timeline = common.TimelineReader(workdir)
+    with common.ProcessGroup(command, log=workdir / "launcher.log", env=env) as group:
+        mark = common.wait_until(
+            f"rank {victim} at step {at_step}",
+            lambda: next((m for m in timeline.read() if m["event"] == "begin"
+                          and m["rank"] == victim and m["step"] >= at_step), None),
+            timeout=300, process=group.process)
+        signum = signal.SIGKILL if fault == "crash" else signal.SIGSTOP
+        fault_mono, fault_wall = time.monotonic(), time.time()
+        os.kill(mark["pid"], signum)
+        attempt = mark["attempt"]
+
+        def recovered() -> float | None:
+            later = [m for m in timeline.read()
+                     if m["event"] == "begin" and m["attempt"] > attempt]
+            firsts: dict[int, float] = {}
+            for item in later:
+                firsts.setdefault(item["rank"], item["mono"])
+            return max(firsts.values()) if len(firsts) == 4 else None
+
+        back = common.wait_until("every rank stepping again", recovered, timeout=600,
+                                 process=group.process)
+        marks = timeline.read()
+        done = [m["step"] for m in marks if m["event"] == "end" and m["attempt"] <= attempt]
+        resumed = min(m["step"] for m in marks if m["event"] == "begin"
+                      and m["attempt"] > attempt)
+        if tool == "trainguard":
+            detected = _detected_trainguard(workdir)
+            detect_seconds = detected - fault_mono if detected is not None else None
+        else:
+            wall = _detected_torchrun(group.log, fault_wall)
+            detect_seconds = wall - fault_wall if wall is not None else None
+    return {
+        "tool": tool, "fault": fault, "victim_rank": victim, "at_step": mark["step"],
+        "detect_seconds": detect_seconds, "recover_seconds": back - fault_mono,
+        "steps_lost": max(0, max(done, default=-1) + 1 - resumed), "resumed_at": resumed,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--fault", choices=("crash", "hang"), default="crash")
+    parser.add_argument("--tools", default="trainguard,torchrun")
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as root:
+        for tool in args.tools.split(","):
+            for number in range(args.trials):
+                result = trial(tool, args.fault, steps=args.steps, rng=rng, root=Path(root))
+                results.append(result)
+                print(json.dumps({"trial": number, **result}), flush=True)
+    summary = {
+        tool: {key: common.median(r[key] for r in results if r["tool"] == tool)
+               for key in ("detect_seconds", "recover_seconds", "steps_lost")}
+        for tool in args.tools.split(",")
+    }
+    path = common.write_result(f"recovery-{args.fault}", {
+        "trials": results, "medians": summary,
+        "setup": "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "
+                 "about 0.1 s per step; trainguard snapshots to memory every step, torchrun "
+                 "saves with torch.save every 25 steps"})
+    print(json.dumps(summary, indent=1))
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
