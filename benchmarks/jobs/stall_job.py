@@ -74,11 +74,14 @@ def raw_copy(target: torch.Tensor) -> None:
         offset += size
 
 
-# The physical bound: the same bytes copied into memory reserved and touched beforehand.
-reserved = torch.empty(nbytes, dtype=torch.uint8)
-reserved.fill_(0)
-report(phase="raw-copy", seconds=[timed(lambda: raw_copy(reserved)) for _ in range(args.repeats)])
-del reserved
+def measure_raw_copy() -> list[float]:
+    """The physical bound: the same bytes copied into memory reserved and touched beforehand."""
+    reserved = torch.empty(nbytes, dtype=torch.uint8)
+    reserved.fill_(0)
+    return [timed(lambda: raw_copy(reserved)) for _ in range(args.repeats)]
+
+
+report(phase="raw-copy", seconds=measure_raw_copy())
 
 saved = args.scratch / "torch-save.pt"
 
