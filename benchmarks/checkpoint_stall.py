@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,500", help="millions of parameters")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    common.exit_cleanly_on_sigterm()
     results = []
     for size in (int(text) for text in args.sizes.split(",")):
         # The state (parameters and two Adam moments, float32) lives in the job, in two slots of

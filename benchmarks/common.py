@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 RESULTS = Path(__file__).parent / "results"
 JOBS = Path(__file__).parent / "jobs"
 
@@ -63,8 +65,14 @@ def wait_until(what: str, condition: Callable[[], Any], *, timeout: float,
     raise TimeoutError(f"no {what} within {timeout} s")
 
 
+def exit_cleanly_on_sigterm() -> None:
+    """Turn SIGTERM (``timeout``, a CI cancel) into SystemExit, so that cleanups run."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 class ProcessGroup:
-    """A command in its own session; everything it started dies with it."""
+    """A command in its own session; everything it started dies with it, also the processes
+    it put in sessions of their own (torchrun does that with its workers)."""
 
     def __init__(self, command: Sequence[str], *, log: Path, env: dict[str, str] | None = None,
                  cwd: Path | None = None) -> None:
@@ -75,8 +83,15 @@ class ProcessGroup:
             env={**os.environ, **(env or {})}, start_new_session=True)
 
     def stop(self) -> None:
+        try:
+            descendants = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.Error:
+            descendants = []
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        for process in descendants:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(30)
         self._output.close()

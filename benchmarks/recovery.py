@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    common.exit_cleanly_on_sigterm()
     rng = random.Random(args.seed)
     results = []
     with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as root:

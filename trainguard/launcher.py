@@ -13,7 +13,6 @@ import dataclasses
 import logging
 import os
 import signal
-import statistics
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -25,6 +24,7 @@ from trainguard.agent import (
     node_agent,
     persister_client,
     snapshot_slots,
+    step_statistics,
 )
 from trainguard.controller import job_controller, policy
 from trainguard.detect import heartbeat
@@ -82,7 +82,7 @@ class RunReport:
 class RunObserver(Protocol):
     def started(self, *, run_dir: Path, store_path: Path, checkpoint_dir: Path) -> None: ...
     def event(self, event: events.Event) -> None: ...
-    def progress(self, progress: node_agent.Progress) -> None: ...
+    def progress(self, progress: step_statistics.Progress) -> None: ...
 
 
 def base_environment(nproc_per_node: int, environ: Mapping[str, str] = os.environ
@@ -153,11 +153,10 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             store.close()
     return RunReport(
         result=result, run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir,
-        step_seconds=statistics.median(agent.step_intervals) if agent.step_intervals else None,
-        snapshot_seconds=(statistics.median(agent.snapshot_seconds)
-                          if agent.snapshot_seconds else None),
-        training_seconds=(clock.monotonic() - agent.first_step_at
-                          if agent.first_step_at is not None else None))
+        step_seconds=agent.statistics.step_seconds,
+        snapshot_seconds=agent.statistics.median_snapshot_seconds,
+        training_seconds=(clock.monotonic() - agent.statistics.first_step_at
+                          if agent.statistics.first_step_at is not None else None))
 
 
 @contextlib.contextmanager

@@ -61,6 +61,7 @@ if session.restored.source != "none":
 for parameter in model.parameters():  # one optimizer step creates Adam's state
     parameter.grad = torch.full_like(parameter, 1e-3)
 optimizer.step()
+optimizer.zero_grad(set_to_none=True)  # gradients are not part of the state
 tensors = [*model.state_dict().values(),
            *(t for s in optimizer.state.values() for t in s.values() if t.dim() > 0)]
 nbytes = sum(t.numel() * t.element_size() for t in tensors)

@@ -398,3 +398,38 @@ def test_a_rank_marking_regularly_is_never_overdue(
         # Between this step's begin and the next one, nobody is late.
         assert detector.overdue(now=at + period * 0.25) == []
         assert detector.overdue(now=at + period * 0.99) == []
+
+
+# --- which rank hung ----------------------------------------------------------------------------
+
+
+def _overdue(*ranks_and_silence: tuple[int, float]) -> list[heartbeat.Overdue]:
+    return [heartbeat.Overdue(rank, silent, 2.0, "end of step")
+            for rank, silent in ranks_and_silence]
+
+
+def test_a_stopped_process_is_the_hung_rank_even_if_others_went_silent_first() -> None:
+    suspects = [heartbeat.Suspect(0, 10, False), heartbeat.Suspect(1, 10, False),
+                heartbeat.Suspect(2, 9, True)]
+    rank, deadline = heartbeat.hung_rank(suspects, _overdue((0, 3.0), (1, 2.5)))
+    assert rank == 2
+    assert deadline.rank == 0  # it had not broken its own deadline yet: the first one broken
+
+
+def test_else_the_rank_furthest_behind() -> None:
+    suspects = [heartbeat.Suspect(0, 10, False), heartbeat.Suspect(1, 9, False),
+                heartbeat.Suspect(2, 10, False)]
+    rank, deadline = heartbeat.hung_rank(suspects, _overdue((0, 3.0), (1, 2.1), (2, 2.9)))
+    assert (rank, deadline.rank) == (1, 1)
+
+
+def test_among_equals_the_longest_silent() -> None:
+    suspects = [heartbeat.Suspect(0, 10, False), heartbeat.Suspect(1, 10, False)]
+    rank, _ = heartbeat.hung_rank(suspects, _overdue((0, 2.1), (1, 2.9)))
+    assert rank == 1
+
+
+def test_a_rank_that_never_marked_is_furthest_behind() -> None:
+    suspects = [heartbeat.Suspect(0, 3, False), heartbeat.Suspect(1, None, False)]
+    rank, _ = heartbeat.hung_rank(suspects, _overdue((1, 700.0)))
+    assert rank == 1

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 __all__ = ["SCRIPTS", "Job", "Start"]
@@ -51,8 +52,16 @@ class Job:
         self.process.send_signal(signum)
 
     def kill(self) -> None:
+        """The job's process group, and any process it put in a session of its own."""
+        try:
+            descendants = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.Error:
+            descendants = []
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        for process in descendants:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
         self._output.close()

@@ -108,7 +108,7 @@ def test_fault_injection_from_the_command_line(run_job: Start) -> None:
     done = subprocess.run([*inject, "--rank", "0", "exception", "--at-step", "390"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert "rank 0 will raise the exception at step 390" in done.stdout
+    assert "rank 0 gets the exception at step 390" in done.stdout
     refused = subprocess.run([*inject, "--rank", "7", "hang"], capture_output=True, text=True,
                              timeout=60, check=False)
     assert refused.returncode == 1

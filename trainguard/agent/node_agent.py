@@ -9,7 +9,6 @@ as its outcome. What to do about it is the controller's decision; the agent then
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import json
@@ -17,8 +16,7 @@ import logging
 import os
 import signal
 import socket
-import statistics
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 
 import psutil
@@ -26,9 +24,11 @@ import psutil
 from trainguard import clock as clocks
 from trainguard.agent import (
     checkpoint_memory,
+    fault_injection,
     ipc_server,
     snapshot_slots,
     standby_client,
+    step_statistics,
     worker_output,
     workers,
 )
@@ -36,25 +36,12 @@ from trainguard.detect import heartbeat
 from trainguard.faults import process
 from trainguard.ipc import messages
 
-__all__ = ["AgentSettings", "InjectionError", "NodeAgent", "PlannedFault", "Progress"]
+__all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
 
 logger = logging.getLogger(__name__)
 
 AGENT_FILE = "agent.json"
 _ATTRIBUTION_SECONDS = 0.1  # how long an exception report waits for a rank's death to explain it
-
-
-class InjectionError(ValueError):
-    """A fault injection that cannot be done; the message says why."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedFault:
-    """Inject ``kind`` into ``rank`` when it starts step ``step`` (once per job)."""
-
-    kind: messages.InjectionKind
-    rank: int
-    step: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +62,7 @@ class AgentSettings:
     by the first optimizer a script creates and costs a second by itself."""
     output: worker_output.OutputSettings = dataclasses.field(
         default_factory=worker_output.OutputSettings)
-    fault_plan: tuple[PlannedFault, ...] = ()
+    fault_plan: tuple[fault_injection.PlannedFault, ...] = ()
 
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1:
@@ -86,13 +73,6 @@ class AgentSettings:
             if planned.rank not in range(self.nproc_per_node):
                 raise ValueError(f"fault plan names rank {planned.rank}; the job has ranks "
                                  f"0..{self.nproc_per_node - 1}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Progress:
-    generation: int
-    step: int | None  # the step the furthest rank is in
-    steps_per_second: float | None
 
 
 def free_port(address: str) -> int:
@@ -118,20 +98,15 @@ class NodeAgent:
         self._checkpoints = checkpoints
         self._clock = clock
         self._base_env = dict(base_env)
-        self._on_injection = on_injection
         self._ipc = ipc_server.IpcServer(self)
         self._standby: standby_client.StandbyProcess | None = None
         self._generation: workers.Generation | None = None
         self._monitor: asyncio.Task[None] | None = None
-        self._plan = list(settings.fault_plan)
-        self._queued: dict[int, list[messages.InjectFault]] = collections.defaultdict(list)
-        self._sessions_seen = False
-        self._last_begin: float | None = None
+        self._injector = fault_injection.FaultInjector(
+            settings.fault_plan, clock=clock, on_injection=on_injection)
         self._reports: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()  # a worker committed a snapshot or exited
-        self.first_step_at: float | None = None  # the job's first step began
-        self.step_intervals: list[float] = []  # rank 0, start to start, within a generation
-        self.snapshot_seconds: list[float] = []  # time training was blocked per snapshot copy
+        self.statistics = step_statistics.StepStatistics()
 
     @property
     def address(self) -> str:
@@ -174,7 +149,7 @@ class NodeAgent:
                                         master_port=port, started_at=self._clock.monotonic(),
                                         restore=restore, plan_seconds=plan_seconds)
         self._generation = generation
-        self._last_begin = None
+        self.statistics.new_generation()
         for local_rank in range(settings.nproc_per_node):
             generation.workers[local_rank] = self._prepare_worker(generation, local_rank)
         for worker in generation.workers.values():
@@ -235,31 +210,19 @@ class NodeAgent:
                     process.OutcomeKind.FAULT, fault=self._hang_fault(generation, overdue)))
 
     def _hang_fault(self, generation: workers.Generation,
-                    overdue: Sequence[heartbeat.Overdue]) -> process.ProcessFault:
-        """Which rank hung, once any rank is overdue.
-
-        The others are usually silent too, blocked in a collective waiting for it, and may even
-        have gone silent first. So: a stopped process if there is one; else the rank furthest
-        behind (it never reached the collective the others wait in); else the longest silent.
-        """
+                    overdue: list[heartbeat.Overdue]) -> process.ProcessFault:
         def stopped(worker: workers.WorkerState) -> bool:
             try:
-                return worker.alive and worker.pid is not None and psutil.Process(
-                    worker.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+                return worker.pid is not None and psutil.Process(worker.pid).status() in (
+                    psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
             except psutil.Error:
                 return False
 
-        alive = [w for w in generation.workers.values() if w.alive]
-        suspects = [w for w in alive if stopped(w)]
-        if not suspects:
-            behind = min((w.begun_step if w.begun_step is not None else -1) for w in alive)
-            suspects = [w for w in alive
-                        if (w.begun_step if w.begun_step is not None else -1) == behind]
-        silent = {item.rank: item for item in overdue}
-        worker = max(suspects, key=lambda w: silent[w.rank].silent_seconds
-                     if w.rank in silent else -1.0)
-        detail = silent.get(worker.rank, overdue[0]).describe()
-        return self._fault(worker, process.ProcessFaultKind.HUNG, detail=detail)
+        suspects = [heartbeat.Suspect(w.rank, w.begun_step, stopped(w))
+                    for w in generation.workers.values() if w.alive]
+        rank, deadline = heartbeat.hung_rank(suspects, overdue)
+        return self._fault(generation.workers[rank], process.ProcessFaultKind.HUNG,
+                           detail=deadline.describe())
 
     def _fault(self, worker: workers.WorkerState, kind: process.ProcessFaultKind, *,
                detected_at: float | None = None, detail: str = "") -> process.ProcessFault:
@@ -437,12 +400,7 @@ class NodeAgent:
         if worker is None:
             return False
         worker.link = writer
-        self._sessions_seen = True
-        for planned in self._plan:
-            if planned.rank == hello.rank:
-                worker.send(messages.InjectFault(planned.kind, planned.step))
-        for queued in self._queued.pop(hello.rank, []):
-            worker.send(queued)
+        self._injector.connected(worker)
         return True
 
     def worker_disconnected(self, hello: messages.Hello) -> None:
@@ -460,27 +418,20 @@ class NodeAgent:
             case messages.StepMark(step=step, phase=phase, time=at):
                 self._detector.mark(worker.rank, phase, at=at)
                 if phase is messages.StepPhase.BEGIN:
-                    if self.first_step_at is None:
-                        self.first_step_at = at
                     worker.begun_step = step
                     generation.begun(worker.rank, at)
-                    if worker.rank == 0:
-                        if self._last_begin is not None:
-                            self.step_intervals.append(at - self._last_begin)
-                        self._last_begin = at
+                    self.statistics.began(worker.rank, at)
                 else:
                     worker.completed_step = step
             case messages.Activity(kind=kind, active=active, time=at):
                 self._detector.activity(worker.rank, kind, active, at=at)
             case messages.SnapshotCommitted(step=step, copy_seconds=seconds):
                 worker.committed_step = step
-                self.snapshot_seconds.append(seconds)
+                self.statistics.snapshot(seconds)
                 self._checkpoints.committed()
                 self._changed.set()
-            case messages.FaultInjected(kind=kind):
-                worker.injected = message
-                self._plan = [p for p in self._plan
-                              if not (p.rank == worker.rank and p.kind == kind)]
+            case messages.FaultInjected():
+                self._injector.struck(worker, message)
             case messages.WorkerFailing(error=error):
                 if not worker.stopping:
                     self._track(self._report_raised(generation, worker, error))
@@ -518,49 +469,22 @@ class NodeAgent:
                                          f"unsupported request {request.TYPE!r}")
         try:
             detail = self.inject(request.rank, request.kind, request.at_step)
-        except InjectionError as error:
+        except fault_injection.InjectionError as error:
             return messages.ControlReply(request.request_id, False, str(error))
         return messages.ControlReply(request.request_id, True, detail)
 
     def inject(self, rank: int, kind: messages.InjectionKind, at_step: int | None) -> str:
-        """Cause a real fault in a worker. Raises: InjectionError when it cannot be done."""
-        generation = self._generation
-        if generation is None:
-            raise InjectionError("no workers are running yet")
-        worker = generation.workers.get(rank)
-        if worker is None:
-            raise InjectionError(
-                f"there is no rank {rank}; the job has ranks 0..{len(generation.workers) - 1}")
-        self._on_injection(rank, kind, at_step)
-        if at_step is None and kind is not messages.InjectionKind.EXCEPTION and worker.alive:
-            assert worker.pid is not None
-            signum = signal.SIGKILL if kind is messages.InjectionKind.CRASH else signal.SIGSTOP
-            worker.injected = messages.FaultInjected(kind, worker.begun_step or 0,
-                                                     self._clock.monotonic())
-            os.kill(worker.pid, signum)
-            return f"sent {signum.name} to rank {rank} (pid {worker.pid})"
-        order = messages.InjectFault(kind, at_step)
-        when = f"at step {at_step}" if at_step is not None else "at its next step"
-        if worker.send(order):
-            return f"rank {rank} will raise the {kind} {when}"
-        if self._sessions_seen:
-            self._queued[rank].append(order)
-            return f"queued: rank {rank} gets the {kind} {when} once its session connects"
-        raise InjectionError(
-            f"rank {rank} does not use trainguard.train, so only an immediate crash or hang "
-            "can be injected (no --at-step)")
+        """Raises: fault_injection.InjectionError when the fault cannot be caused."""
+        return self._injector.inject(self._generation, rank, kind, at_step)
 
     # --- reports -----------------------------------------------------------------------------
 
-    def progress(self) -> Progress:
+    def progress(self) -> step_statistics.Progress:
         generation = self._generation
         if generation is None:
-            return Progress(-1, None, None)
+            return self.statistics.progress(-1, None)
         begun = [w.begun_step for w in generation.workers.values() if w.begun_step is not None]
-        recent = self.step_intervals[-20:]
-        rate = 1.0 / statistics.median(recent) if recent and statistics.median(recent) > 0 \
-            else None
-        return Progress(generation.number, max(begun, default=None), rate)
+        return self.statistics.progress(generation.number, max(begun, default=None))
 
     async def close(self) -> None:
         generation = self._generation

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from trainguard.agent import node_agent
+from trainguard.agent import step_statistics
 from trainguard.faults import events
 from trainguard.launcher import RunReport
 
@@ -51,7 +51,7 @@ class ConsoleObserver:
             last = event.error_excerpt.strip().splitlines()[-1].replace("[", "\\[")
             self._line(f"  error: {last}", "red")
 
-    def progress(self, progress: node_agent.Progress) -> None:
+    def progress(self, progress: step_statistics.Progress) -> None:
         if progress.step is None:
             return
         rate = f", {progress.steps_per_second:.1f} steps/s" if progress.steps_per_second else ""

@@ -16,7 +16,13 @@ import typer
 from rich.console import Console
 
 from trainguard import launcher
-from trainguard.agent import checkpoint_memory, node_agent, worker_output, workers
+from trainguard.agent import (
+    checkpoint_memory,
+    fault_injection,
+    node_agent,
+    worker_output,
+    workers,
+)
 from trainguard.cli import console as console_output
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.controller import policy
@@ -28,7 +34,7 @@ _JOB = "trainguard.demo.ddp_job"
 
 
 def _settings(*, run_root: Path, run_id: str, nproc: int, steps: int, width: int,
-              faults: tuple[node_agent.PlannedFault, ...]) -> launcher.RunSettings:
+              faults: tuple[fault_injection.PlannedFault, ...]) -> launcher.RunSettings:
     run_dir = run_root / run_id
     program = workers.ProgramSpec("module", _JOB, (
         "--steps", str(steps), "--width", str(width), "--batch", "128",
@@ -64,9 +70,9 @@ def demo(
     if steps < 50 or nproc < 2:
         raise typer.BadParameter("the demo needs --steps >= 50 and --nproc-per-node >= 2")
     faults = (
-        node_agent.PlannedFault(messages.InjectionKind.CRASH, 1, steps // 5),
-        node_agent.PlannedFault(messages.InjectionKind.HANG, nproc - 2, steps // 2),
-        node_agent.PlannedFault(messages.InjectionKind.EXCEPTION, nproc - 1, steps * 4 // 5),
+        fault_injection.PlannedFault(messages.InjectionKind.CRASH, 1, steps // 5),
+        fault_injection.PlannedFault(messages.InjectionKind.HANG, nproc - 2, steps // 2),
+        fault_injection.PlannedFault(messages.InjectionKind.EXCEPTION, nproc - 1, steps * 4 // 5),
     )
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     console.rule("[bold]trainguard demo")

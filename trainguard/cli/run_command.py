@@ -21,7 +21,13 @@ from typing import Any
 from rich.console import Console
 
 from trainguard import launcher
-from trainguard.agent import checkpoint_memory, node_agent, worker_output, workers
+from trainguard.agent import (
+    checkpoint_memory,
+    fault_injection,
+    node_agent,
+    worker_output,
+    workers,
+)
 from trainguard.cli import console as console_output
 from trainguard.cli import settings_flags, torchrun_flags
 from trainguard.controller import policy
@@ -125,12 +131,13 @@ def _gpu_count() -> int:
         return 0
 
 
-def _fault_plan(text: str) -> tuple[node_agent.PlannedFault, ...]:
+def _fault_plan(text: str) -> tuple[fault_injection.PlannedFault, ...]:
     plan = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         try:
             kind, rank, step = part.split(":")
-            plan.append(node_agent.PlannedFault(messages.InjectionKind(kind), int(rank), int(step)))
+            plan.append(fault_injection.PlannedFault(
+                messages.InjectionKind(kind), int(rank), int(step)))
         except ValueError:
             raise UsageError(
                 f"--inject: {part!r} is not KIND:RANK:STEP with KIND one of crash, hang, "

@@ -20,7 +20,7 @@ import dataclasses
 
 from trainguard.ipc import messages
 
-__all__ = ["HangDetector", "HeartbeatSettings", "Overdue"]
+__all__ = ["HangDetector", "HeartbeatSettings", "Overdue", "Suspect", "hung_rank"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,3 +150,32 @@ class HangDetector:
             if now - since > allowed:
                 late.append(Overdue(rank, now - since, allowed, waiting))
         return sorted(late, key=lambda overdue: -overdue.silent_seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Suspect:
+    """A live rank, as the agent sees it when some rank is overdue."""
+
+    rank: int
+    begun_step: int | None
+    stopped: bool  # the process is stopped (SIGSTOP, a debugger)
+
+
+def hung_rank(suspects: list[Suspect], overdue: list[Overdue]) -> tuple[int, Overdue]:
+    """Which rank hung, once ``overdue`` is not empty; with the deadline it broke.
+
+    The others are usually silent too, blocked in a collective waiting for it, and may even
+    have gone silent first. So: a stopped process if there is one; else the rank furthest behind
+    (it never reached the collective the others wait in); among those, the longest silent.
+    """
+    candidates = [s for s in suspects if s.stopped]
+    if not candidates and suspects:
+        behind = min(-1 if s.begun_step is None else s.begun_step for s in suspects)
+        candidates = [s for s in suspects if (-1 if s.begun_step is None else s.begun_step)
+                      == behind]
+    silent = {item.rank: item for item in overdue}
+    if not candidates:
+        return overdue[0].rank, overdue[0]
+    chosen = max(candidates, key=lambda s: silent[s.rank].silent_seconds
+                 if s.rank in silent else -1.0)
+    return chosen.rank, silent.get(chosen.rank, overdue[0])

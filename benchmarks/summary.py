@@ -1,0 +1,127 @@
+"""Write results/SUMMARY.md from the JSON results, with each target and whether it is met.
+
+    python -m benchmarks.summary
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = common.RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _command(result: dict[str, Any]) -> str:
+    argv = result["machine"]["argv"]
+    return " ".join(["python -m benchmarks." + Path(argv[0]).stem, *argv[1:]])
+
+
+def _verdict(ok: bool | None) -> str:
+    return {True: "met", False: "**not met**", None: "not measured"}[ok]
+
+
+def _recovery(lines: list[str]) -> None:
+    crash = _load("recovery-crash")
+    if crash is not None:
+        medians = crash["medians"]
+        ours, theirs = medians.get("trainguard", {}), medians.get("torchrun", {})
+        lines += [
+            f"## Recovery from a killed rank (kill -9), {crash['when']}",
+            "", crash["setup"] + ".", "",
+            f"`{_command(crash)}` ({len(crash['trials'])} trials in all; medians)", "",
+            "| launcher | fault -> detected | fault -> every rank stepping again | steps lost |",
+            "|---|---|---|---|",
+        ]
+        for tool, values in medians.items():
+            lines.append(f"| {tool} | {_seconds(values['detect_seconds'])} | "
+                         f"{_seconds(values['recover_seconds'])} | {values['steps_lost']} |")
+        ratio = None
+        if ours.get("recover_seconds") and theirs.get("recover_seconds"):
+            ratio = ours["recover_seconds"] / theirs["recover_seconds"]
+        met = None if ratio is None else ratio <= 1 / 3
+        lines += [
+            "",
+            f"- recovery at most 1/3 of torchrun's: {_verdict(met)}"
+            + (f" ({ratio:.3f} of it)" if ratio is not None else ""),
+            f"- 0 completed steps lost: {_verdict(ours.get('steps_lost') == 0 if ours else None)}",
+            "",
+        ]
+    hang = _load("recovery-hang")
+    if hang is not None:
+        values = hang["medians"].get("trainguard", {})
+        detect = values.get("detect_seconds")
+        lines += [
+            f"## A hung rank (SIGSTOP), {hang['when']}", "",
+            f"`{_command(hang)}`: {len(hang['trials'])} trials; medians. Step time about 0.1 s.",
+            "",
+            f"- fault -> detected: {_seconds(detect)}; fault -> every rank stepping again: "
+            f"{_seconds(values.get('recover_seconds'))}; steps lost: {values.get('steps_lost')}",
+            f"- hang detected within 3 s: {_verdict(None if detect is None else detect <= 3)}",
+            "- torchrun, for comparison (FINDINGS.md, not re-measured): nothing for 30 minutes "
+            "(gloo's timeout); about 96 s with a 60 s process-group timeout.",
+            "",
+        ]
+
+
+def _stall(lines: list[str]) -> None:
+    stall = _load("checkpoint-stall")
+    if stall is None:
+        return
+    lines += [
+        f"## Checkpoint stall and restore, {stall['when']}", "", f"`{_command(stall)}`", "",
+        "One rank on CPU; parameters and both Adam moments, float32; medians of 5. Snapshot: the "
+        "time `Session.checkpoint` blocks training once the memory is reserved. Raw copy: the "
+        "same bytes into memory reserved beforehand. torch.save: to the local disk, no fsync. "
+        "Restore: the worker's `Session.restore`; before it, the agent chose and verified the "
+        "state (plan), which for disk means reading and checksumming every shard.", "",
+        "| parameters | state | snapshot | raw copy | torch.save | torch.load | restore: memory "
+        "(plan) | restore: disk (plan) | snapshot / raw | snapshot / torch.save |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in stall["sizes"]:
+        lines.append(
+            f"| {size['parameters'] / 1e6:.0f}M | {size['state_bytes'] / 2**30:.2f} GiB | "
+            f"{_seconds(size['snapshot_seconds'])} | {_seconds(size['raw_copy_seconds'])} | "
+            f"{_seconds(size['torch_save_seconds'])} | {_seconds(size['torch_load_seconds'])} | "
+            f"{_seconds(size['restore_memory_seconds'])} "
+            f"({_seconds(size.get('plan_memory_seconds'))}) | "
+            f"{_seconds(size['restore_disk_seconds'])} "
+            f"({_seconds(size.get('plan_disk_seconds'))}) | "
+            f"{size.get('snapshot_over_raw_copy', 0):.2f} | "
+            f"{size.get('snapshot_over_torch_save', 0):.3f} |")
+    worst_raw = max((s.get("snapshot_over_raw_copy", 99) for s in stall["sizes"]), default=None)
+    worst_save = max((s.get("snapshot_over_torch_save", 99) for s in stall["sizes"]),
+                     default=None)
+    lines += [
+        "",
+        f"- snapshot stall at most 1.5x the raw copy: "
+        f"{_verdict(None if worst_raw is None else worst_raw <= 1.5)}",
+        f"- snapshot stall at most 10% of torch.save: "
+        f"{_verdict(None if worst_save is None else worst_save <= 0.10)}",
+        "",
+    ]
+
+
+def main() -> None:
+    lines = ["# Benchmark results", "",
+             "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
+             "section names the command that produced it. Machine: 2 cores, no GPU.", ""]
+    _recovery(lines)
+    _stall(lines)
+    path = common.RESULTS / "SUMMARY.md"
+    path.write_text("\n".join(lines))
+    print(path.read_text())
+
+
+if __name__ == "__main__":
+    main()
