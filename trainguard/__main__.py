@@ -2,4 +2,6 @@
 
 from trainguard.cli.main import main
 
+__all__: list[str] = []
+
 main()

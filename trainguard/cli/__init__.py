@@ -1,1 +1,3 @@
 """The ``trainguard`` command line."""
+
+__all__: list[str] = []

@@ -4,3 +4,5 @@ Deciding is pure (:mod:`.policy`); doing is :mod:`.job_controller`, which talks 
 only through the interface in :mod:`.api`, so an agent in this process and one on another host
 look the same to it.
 """
+
+__all__: list[str] = []

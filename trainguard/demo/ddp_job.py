@@ -20,6 +20,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 import trainguard.train
 
+__all__ = ["main", "parameters_digest"]
+
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)

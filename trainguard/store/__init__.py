@@ -5,3 +5,5 @@ run directory (:mod:`trainguard.store.sqlite`); multi-host backends (etcd, Kuber
 Everything the controller decides and every fault it sees is appended here, so a restarted
 controller, or a later ``trainguard events`` command, reads the same history.
 """
+
+__all__: list[str] = []
