@@ -415,3 +415,34 @@ def test_a_refused_spawn_raises_instead_of_hanging(tmp_path: Path) -> None:
         return str(caught.value)
 
     assert "bad mode 'bogus'" in run_with_standby(base_env(), use)
+
+
+@pytest.mark.parametrize("mode", ["path", "module"])
+def test_the_scripts_objects_live_until_the_interpreter_shuts_down(tmp_path: Path,
+                                                                   mode: str) -> None:
+    """As with ``python script.py``: atexit handlers run first, the script's objects go last.
+
+    Freeing them earlier, while the interpreter still runs, deadlocks a DDP job at exit.
+    """
+    write_script(tmp_path / "lifetime.py", """\
+        import atexit
+        import sys
+
+        class Witness:
+            def __del__(self):
+                sys.stdout.write("freed\\n")
+
+        witness = Witness()
+        atexit.register(lambda: sys.stdout.write("atexit\\n"))
+        """)
+    target = str(tmp_path / "lifetime.py") if mode == "path" else "lifetime"
+    launch = WorkerLaunch(mode=mode, target=target, args=(), env=worker_env(),
+                          cwd=str(tmp_path))
+
+    async def use(harness: Harness) -> tuple[int, bytes]:
+        pid, stdout, _ = await harness.spawn(launch)
+        return await harness.exits.wait(pid), await stdout.all()
+
+    returncode, out = run_with_standby(base_env(), use)
+    assert returncode == 0
+    assert out.decode().splitlines() == ["atexit", "freed"]

@@ -41,11 +41,13 @@ class Job:
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
+            output = self.output()
             self.kill()
-            pytest.fail(f"trainguard run did not end within {timeout} s:\n{self.output()}")
+            pytest.fail(f"trainguard run did not end within {timeout} s:\n{output}")
 
     def output(self) -> str:
-        self._output.flush()
+        if not self._output.closed:
+            self._output.flush()
         return self.log.read_text(errors="replace")
 
     def signal(self, signum: int) -> None:

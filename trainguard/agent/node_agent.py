@@ -94,6 +94,8 @@ class NodeAgent:
         on_injection: Callable[[int, messages.InjectionKind, int | None], None],
     ) -> None:
         self.settings = settings
+        self._log = logging.LoggerAdapter(logger, {"job": settings.run_id,
+                                                   "node": socket.gethostname()})
         self._detector = detector
         self._checkpoints = checkpoints
         self._clock = clock
@@ -130,7 +132,7 @@ class NodeAgent:
             preload=self.settings.preload, env=self._base_env, on_exit=self._on_exit,
             on_lost=self._on_standby_lost)
         await self._standby.start(timeout=self._detector.settings.startup_timeout)
-        logger.info("standby process %s ready (preloaded: %s)", self._standby.pid,
+        self._log.info("standby process %s ready (preloaded: %s)", self._standby.pid,
                     ", ".join(self._standby.preloaded) or "nothing")
         return self._standby
 
@@ -292,7 +294,7 @@ class NodeAgent:
             process.OutcomeKind.FAULT, fault=self._fault(worker, kind, detected_at=detected_at)))
 
     def _on_standby_lost(self, reason: str) -> None:
-        logger.error("%s; its workers died with it", reason)
+        self._log.error("%s; its workers died with it", reason)
         generation = self._generation
         if generation is None:
             return
@@ -356,7 +358,7 @@ class NodeAgent:
             if stop_step is None or not worker.send(messages.StopAt(stop_step)):
                 self._signal(worker, signal.SIGTERM)
         if not await generation.wait_all_exited(self.settings.shutdown_timeout):
-            logger.warning("workers still running %.0f s after the stop request; killing them",
+            self._log.warning("workers still running %.0f s after the stop request; killing them",
                            self.settings.shutdown_timeout)
         await self.stop_workers()
 
@@ -369,7 +371,7 @@ class NodeAgent:
 
     async def _finish(self, generation: workers.Generation, timeout: float) -> None:
         if not await generation.wait_all_exited(timeout):
-            logger.error("workers of generation %d did not exit within %.0f s",
+            self._log.error("workers of generation %d did not exit within %.0f s",
                          generation.number, timeout)
         streams = [pump.closed for worker in generation.workers.values()
                    for pump in (worker.stdout, worker.stderr)]
@@ -449,7 +451,7 @@ class NodeAgent:
                     next_slot=self._checkpoints.next_slot(worker.rank, choice),
                     slot_paths=self._checkpoints.slot_paths(worker.rank), note=choice.note))
             case _:
-                logger.warning("rank %d sent an unexpected %s message", worker.rank,
+                self._log.warning("rank %d sent an unexpected %s message", worker.rank,
                                message.TYPE)
 
     def _reserve(self, generation: workers.Generation, worker: workers.WorkerState,

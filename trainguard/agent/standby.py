@@ -35,6 +35,7 @@ import select
 import signal
 import socket
 import sys
+import types
 from typing import Any
 
 from trainguard.agent import lifeline
@@ -179,11 +180,25 @@ def _run_worker(request: SpawnRequest) -> None:
     if request.mode == "module":
         sys.argv = [request.target, *request.args]
         sys.path[0] = os.getcwd()
-        runpy.run_module(request.target, run_name="__main__", alter_sys=True)
+        _stay_main(runpy.run_module(request.target, run_name="__main__", alter_sys=True))
     else:
         sys.argv = [request.target, *request.args]
         sys.path[0] = os.path.dirname(os.path.abspath(request.target))
-        runpy.run_path(request.target, run_name="__main__")
+        _stay_main(runpy.run_path(request.target, run_name="__main__"))
+
+
+def _stay_main(script_globals: dict[str, object]) -> None:
+    """Keep the script's objects in ``__main__`` until the interpreter shuts down.
+
+    runpy runs the script in a temporary ``__main__`` and, once it returns, drops it, which can
+    free the script's objects while the interpreter still runs. ``python script.py`` never does
+    that, and torch relies on it: freeing a DDP reducer joins gloo's worker thread while holding
+    the GIL, and that thread may need the GIL to finish (seen here: a deadlock at exit). At
+    shutdown, ``__main__`` is cleared first, and a thread that asks for the GIL is ended instead.
+    """
+    main = types.ModuleType("__main__")
+    main.__dict__.update(script_globals)
+    sys.modules["__main__"] = main
 
 
 def main(argv: list[str]) -> None:

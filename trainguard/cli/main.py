@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +12,7 @@ from rich.table import Table
 
 from trainguard import __version__, testing
 from trainguard.agent import control, node_agent
-from trainguard.cli import demo_command, run_command, runs
+from trainguard.cli import demo_command, logs, run_command, runs
 from trainguard.ipc import messages
 from trainguard.launcher import STORE_NAME
 from trainguard.store import sqlite
@@ -35,9 +34,14 @@ RunRoot = Annotated[Path, typer.Option(envvar="TRAINGUARD_RUN_ROOT",
 def _configure(
     log_level: Annotated[str, typer.Option(envvar="TRAINGUARD_LOG_LEVEL",
                                            help="DEBUG, INFO, WARNING or ERROR.")] = "WARNING",
+    log_format: Annotated[logs.LogFormat, typer.Option(
+        envvar="TRAINGUARD_LOG_FORMAT", help="text for people, json for log collectors.")
+    ] = logs.LogFormat.TEXT,
 ) -> None:
-    logging.basicConfig(level=log_level.upper(),
-                        format="trainguard %(levelname)s %(name)s: %(message)s")
+    try:
+        logs.configure(log_level, log_format)
+    except ValueError as error:
+        raise typer.BadParameter(f"--log-level: {error}") from error
 
 
 @app.command()

@@ -27,7 +27,9 @@ class EventRecorder:
         self._listeners.append(listener)
 
     def record(self, event: events.Event) -> int:
-        logger.info("%s", event.summary())
+        context = {key: getattr(event, key) for key in ("job", "generation", "rank")
+                   if hasattr(event, key)}
+        logger.info("%s", event.summary(), extra=context)
         event_id = self._store.append_event(
             event.KIND, event.to_data(), time=clocks.iso_utc(self._clock.wall())
         )
