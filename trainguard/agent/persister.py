@@ -211,7 +211,8 @@ def _hash(command: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     lifeline.die_with_parent(int(argv[0]))
-    os.nice(10)  # background work: training gets the CPU first
+    # Not niced: on a host whose cores the workers fill, a niced persister would copy a
+    # snapshot out too slowly to beat the worker that reuses its slot two snapshots later.
     for line in sys.stdin:
         command = json.loads(line)
         reply = persist(command) if command["op"] == "persist" else _hash(command)
