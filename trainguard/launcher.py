@@ -24,6 +24,7 @@ from trainguard.agent import (
     node_agent,
     persister_client,
     snapshot_slots,
+    standby_client,
     step_statistics,
 )
 from trainguard.controller import job_controller, policy
@@ -144,7 +145,10 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     with _signals_stop(settings.signals, controller, main):
         progress = asyncio.create_task(_report_progress(agent, observer, settings))
         try:
-            await agent.start()
+            try:
+                await agent.start()
+            except standby_client.StandbyError as error:
+                raise LaunchError(f"the standby process did not start: {error}") from error
             result = await controller.run()
         finally:
             progress.cancel()

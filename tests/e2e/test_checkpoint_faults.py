@@ -200,3 +200,10 @@ def test_events_and_status_commands_read_a_finished_run(run_job: Start) -> None:
     assert "not running" in status.stdout
     assert "state: succeeded" in status.stdout
     assert "restarts_used: 1" in status.stdout
+
+
+def test_a_standby_process_that_cannot_start_is_a_clear_error(run_job: Start) -> None:
+    job = run_job("--heartbeat-startup-timeout", "0.2", SESSION_JOB)
+    assert job.wait() == 1
+    assert "trainguard: the standby process did not start" in job.output()
+    assert not job.events("generation-started")

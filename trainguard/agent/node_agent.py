@@ -133,14 +133,17 @@ class NodeAgent:
             on_lost=self._on_standby_lost)
         await self._standby.start(timeout=self._detector.settings.startup_timeout)
         self._log.info("standby process %s ready (preloaded: %s)", self._standby.pid,
-                    ", ".join(self._standby.preloaded) or "nothing")
+                       ", ".join(self._standby.preloaded) or "nothing")
         return self._standby
 
     # --- generations -------------------------------------------------------------------------
 
     async def start_generation(self, number: int, *, restart_count: int) -> workers.Generation:
-        """Plan the restore, then start every rank. Raises: standby_client.StandbyError."""
-        standby = await self._ensure_standby()
+        """Plan the restore, then start every rank.
+
+        Workers that cannot be started (the standby process is gone and cannot be restarted)
+        make the generation's outcome fatal rather than raise.
+        """
         planning = self._clock.monotonic()
         restore = await self._checkpoints.plan_restore()
         plan_seconds = self._clock.monotonic() - planning
@@ -154,8 +157,13 @@ class NodeAgent:
         self.statistics.new_generation()
         for local_rank in range(settings.nproc_per_node):
             generation.workers[local_rank] = self._prepare_worker(generation, local_rank)
-        for worker in generation.workers.values():
-            await self._spawn(standby, generation, worker)
+        try:
+            standby = await self._ensure_standby()
+            for worker in generation.workers.values():
+                await self._spawn(standby, generation, worker)
+        except standby_client.StandbyError as error:
+            generation.settle(process.GenerationOutcome(
+                process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
         self._monitor = asyncio.create_task(self._watch(generation), name="hang-monitor")
         return generation
 
