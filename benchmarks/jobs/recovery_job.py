@@ -80,4 +80,6 @@ for step in range(start, args.steps):
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "step": step + 1}, draft)
         draft.replace(args.checkpoint)
+if session is not None:
+    session.close()
 dist.destroy_process_group()

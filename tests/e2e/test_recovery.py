@@ -144,3 +144,12 @@ def _worker_log(job: Job, *, rank: int = 0, attempt: int | None = None) -> str:
     if attempt is not None:
         logs = [log for log in logs if log.parent.parent.name == f"attempt_{attempt}"]
     return "".join(log.read_text(errors="replace") for log in logs)
+
+
+def test_a_worker_stuck_after_its_work_is_ended_and_the_job_succeeds(run_job: Start) -> None:
+    job = run_job("--nproc-per-node", "2", "--heartbeat-exit-timeout", "1",
+                  str(SCRIPTS / "stuck_exit_job.py"))
+    assert job.wait() == 0, job.output()
+    assert "finished its work 1 s ago but has not exited" in job.output()
+    assert job.events("job-finished")[-1]["outcome"] == "succeeded"
+    assert not job.events("fault-detected")

@@ -22,6 +22,7 @@ EVERY_MESSAGE: list[messages.Message] = [
     messages.FaultInjected(kind=messages.InjectionKind.HANG, step=5, time=1.5),
     messages.WorkerFailing(error="RuntimeError: CUDA error: out of memory\nline 2", time=7.0),
     messages.StopRequested(time=8.5),
+    messages.Finished(time=9.5),
     messages.ReserveSlot(request_id=11, slot=0, nbytes=4096),
     messages.RestorePlanRequest(request_id=12),
     messages.SlotGranted(request_id=11, slot=0, path="/dev/shm/tg-job-r3-s0", capacity=8192),
@@ -53,7 +54,7 @@ def test_every_message_type_is_covered() -> None:
         and getattr(messages, name) is not messages.Message
     }
     assert covered == declared
-    assert len(declared) == 16
+    assert len(declared) == 17
 
 
 @pytest.mark.parametrize("message", EVERY_MESSAGE, ids=lambda m: type(m).__name__)

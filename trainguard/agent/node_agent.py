@@ -214,10 +214,24 @@ class NodeAgent:
         """Check heartbeat deadlines every monitor interval until the generation has an outcome."""
         while not generation.outcome.done():
             await asyncio.sleep(self.settings.monitor_interval)
+            self._end_stuck_exits(generation)
             overdue = self._detector.overdue(now=self._clock.monotonic())
             if overdue:
                 generation.settle(process.GenerationOutcome(
                     process.OutcomeKind.FAULT, fault=self._hang_fault(generation, overdue)))
+
+    def _end_stuck_exits(self, generation: workers.Generation) -> None:
+        """End workers that finished their work but have not exited within the exit timeout."""
+        timeout = self._detector.settings.exit_timeout
+        for worker in generation.workers.values():
+            if (worker.alive and worker.finished_at is not None
+                    and not worker.ended_after_finishing
+                    and self._clock.monotonic() - worker.finished_at > timeout):
+                self._log.warning(
+                    "rank %d finished its work %.0f s ago but has not exited (torch can "
+                    "deadlock tearing a process group down); ending it", worker.rank, timeout)
+                worker.ended_after_finishing = True
+                self._signal(worker, signal.SIGKILL)
 
     def _hang_fault(self, generation: workers.Generation,
                     overdue: list[heartbeat.Overdue]) -> process.ProcessFault:
@@ -255,10 +269,10 @@ class NodeAgent:
         self._detector.forget(worker.rank)
         generation.exited()
         self._changed.set()
-        if worker.stopping:
+        if worker.stopping and not worker.ended_after_finishing:
             return
-        if returncode == 0:
-            if all(w.returncode == 0 for w in generation.workers.values()):
+        if worker.succeeded:
+            if all(w.succeeded for w in generation.workers.values()):
                 generation.settle(process.GenerationOutcome(process.OutcomeKind.SUCCEEDED))
             return
         self._track(self._report_failure(generation, worker, detected_at=worker.exited_at))
@@ -445,6 +459,9 @@ class NodeAgent:
             case messages.WorkerFailing(error=error):
                 if not worker.stopping:
                     self._track(self._report_raised(generation, worker, error))
+            case messages.Finished(time=at):
+                worker.finished_at = at
+                self._detector.forget(worker.rank)
             case messages.StopRequested():
                 generation.settle(process.GenerationOutcome(
                     process.OutcomeKind.STOP_REQUESTED,

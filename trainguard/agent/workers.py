@@ -110,6 +110,12 @@ class WorkerState:
     completed_step: int | None = None
     committed_step: int | None = None  # the step of its newest snapshot (the step to resume at)
     injected: messages.FaultInjected | None = None
+    finished_at: float | None = None  # its session closed: the work is done
+    ended_after_finishing: bool = False  # it hung on its way out and the agent ended it
+
+    @property
+    def succeeded(self) -> bool:
+        return self.returncode == 0 or self.ended_after_finishing
 
     @property
     def alive(self) -> bool:

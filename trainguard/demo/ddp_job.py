@@ -76,6 +76,7 @@ def main() -> None:
             session.checkpoint(state, step=step + 1)
         if rank == 0 and step % 50 == 0:
             print(f"step {step} loss {loss.item():.5f}", flush=True)
+    session.close()  # the work is done: a hang in the teardown below no longer matters
     if rank == 0:
         digest = parameters_digest(model)
         print(f"final parameters sha256 {digest} after {args.steps} steps on {world} ranks")

@@ -41,6 +41,9 @@ class HeartbeatSettings:
     """Seconds a worker may stay in a checkpoint, a restore or declared busy work."""
     idle_timeout: float = 600.0
     """Seconds a worker may stay between two steps, or after its last one."""
+    exit_timeout: float = 15.0
+    """Seconds a worker may take to exit once its session is closed; then it is ended, and
+    counts as finished. torch 2.13 can deadlock tearing a gloo process group down."""
 
     def __post_init__(self) -> None:
         if not self.floor > 0:
@@ -52,7 +55,7 @@ class HeartbeatSettings:
             raise ValueError(f"heartbeat factor must be >= 1, got {self.factor}")
         if self.window < 1:
             raise ValueError(f"heartbeat window must be >= 1 interval, got {self.window}")
-        for name in ("startup_timeout", "busy_timeout", "idle_timeout"):
+        for name in ("startup_timeout", "busy_timeout", "idle_timeout", "exit_timeout"):
             if not getattr(self, name) > 0:
                 flag = "heartbeat-" + name.replace("_", "-")
                 raise ValueError(f"{flag} must be > 0 seconds, got {getattr(self, name)}")

@@ -24,6 +24,7 @@ __all__ = [
     "ActivityKind",
     "ControlReply",
     "FaultInjected",
+    "Finished",
     "Hello",
     "InjectFault",
     "InjectRequest",
@@ -152,6 +153,14 @@ class WorkerFailing(Message):
 
 
 @dataclasses.dataclass(frozen=True)
+class Finished(Message):
+    """The worker's session closed: its work is done and the process is about to exit."""
+
+    TYPE: ClassVar[str] = "finished"
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
 class StopRequested(Message):
     """The worker got SIGTERM; the agent coordinates a stop of every rank at one step."""
 
@@ -260,6 +269,7 @@ _TYPES: dict[str, type[Message]] = {
         SnapshotCommitted,
         FaultInjected,
         WorkerFailing,
+        Finished,
         StopRequested,
         ReserveSlot,
         RestorePlanRequest,

@@ -277,11 +277,23 @@ class Session:
                     f"cannot restore {key!r}: it has no load_state_dict() and the state is not "
                     "a mutable mapping to put it back into")
 
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
-        """Send what is queued and disconnect (also done at exit)."""
+        """Tell the agent this rank's work is done, then disconnect (also done at exit).
+
+        Call it (or leave a ``with Session() ...`` block) before tearing the process group down:
+        a process that hangs in that teardown, as torch 2.13's gloo sometimes does, is then
+        ended by the agent once the exit timeout passes, and its job still succeeds.
+        """
         if self._closed:
             return
         self._closed = True
+        self._link.send(messages.Finished(time.monotonic()))
         self._link.close()
         self._unmap()
 

@@ -49,6 +49,7 @@ for step in range(start, args.steps):
         if args.step_sleep:
             time.sleep(args.step_sleep)
     session.checkpoint(state, step=step + 1)
+session.close()
 if rank == 0 and args.output is not None:
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
