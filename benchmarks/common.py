@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -16,17 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil
+from trainguard import testing
 
 RESULTS = Path(__file__).parent / "results"
 JOBS = Path(__file__).parent / "jobs"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class TimelineReader:
@@ -83,15 +75,7 @@ class ProcessGroup:
             env={**os.environ, **(env or {})}, start_new_session=True)
 
     def stop(self) -> None:
-        try:
-            descendants = psutil.Process(self.process.pid).children(recursive=True)
-        except psutil.Error:
-            descendants = []
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        for process in descendants:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+        testing.end_process_tree(self.process.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(30)
         self._output.close()

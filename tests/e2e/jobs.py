@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -14,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+
+from trainguard import testing
 
 __all__ = ["SCRIPTS", "Job", "Start"]
 
@@ -54,16 +54,7 @@ class Job:
         self.process.send_signal(signum)
 
     def kill(self) -> None:
-        """The job's process group, and any process it put in a session of its own."""
-        try:
-            descendants = psutil.Process(self.process.pid).children(recursive=True)
-        except psutil.Error:
-            descendants = []
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        for process in descendants:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+        testing.end_process_tree(self.process.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
         self._output.close()

@@ -19,8 +19,6 @@ import socket
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 
-import psutil
-
 from trainguard import clock as clocks
 from trainguard.agent import (
     checkpoint_memory,
@@ -29,6 +27,7 @@ from trainguard.agent import (
     snapshot_slots,
     standby_client,
     step_statistics,
+    watchdog,
     worker_output,
     workers,
 )
@@ -106,6 +105,9 @@ class NodeAgent:
         self._monitor: asyncio.Task[None] | None = None
         self._injector = fault_injection.FaultInjector(
             settings.fault_plan, clock=clock, on_injection=on_injection)
+        self._watchdog = watchdog.Watchdog(
+            detector=detector, clock=clock, interval=settings.monitor_interval,
+            end=lambda worker: self._signal(worker, signal.SIGKILL), log=self._log)
         self._reports: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()  # a worker committed a snapshot or exited
         self.statistics = step_statistics.StepStatistics()
@@ -164,7 +166,7 @@ class NodeAgent:
         except standby_client.StandbyError as error:
             generation.settle(process.GenerationOutcome(
                 process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
-        self._monitor = asyncio.create_task(self._watch(generation), name="hang-monitor")
+        self._monitor = asyncio.create_task(self._watchdog.watch(generation), name="watchdog")
         return generation
 
     def _prepare_worker(self, generation: workers.Generation, local_rank: int
@@ -210,55 +212,6 @@ class NodeAgent:
         worker.started_at = self._clock.monotonic()
         self._detector.start(worker.rank, at=worker.started_at)
 
-    async def _watch(self, generation: workers.Generation) -> None:
-        """Check heartbeat deadlines every monitor interval until the generation has an outcome."""
-        while not generation.outcome.done():
-            await asyncio.sleep(self.settings.monitor_interval)
-            self._end_stuck_exits(generation)
-            overdue = self._detector.overdue(now=self._clock.monotonic())
-            if overdue:
-                generation.settle(process.GenerationOutcome(
-                    process.OutcomeKind.FAULT, fault=self._hang_fault(generation, overdue)))
-
-    def _end_stuck_exits(self, generation: workers.Generation) -> None:
-        """End workers that finished their work but have not exited within the exit timeout."""
-        timeout = self._detector.settings.exit_timeout
-        for worker in generation.workers.values():
-            if (worker.alive and worker.finished_at is not None
-                    and not worker.ended_after_finishing
-                    and self._clock.monotonic() - worker.finished_at > timeout):
-                self._log.warning(
-                    "rank %d finished its work %.0f s ago but has not exited (torch can "
-                    "deadlock tearing a process group down); ending it", worker.rank, timeout)
-                worker.ended_after_finishing = True
-                self._signal(worker, signal.SIGKILL)
-
-    def _hang_fault(self, generation: workers.Generation,
-                    overdue: list[heartbeat.Overdue]) -> process.ProcessFault:
-        def stopped(worker: workers.WorkerState) -> bool:
-            try:
-                return worker.pid is not None and psutil.Process(worker.pid).status() in (
-                    psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-            except psutil.Error:
-                return False
-
-        suspects = [heartbeat.Suspect(w.rank, w.begun_step, stopped(w))
-                    for w in generation.workers.values() if w.alive]
-        rank, deadline = heartbeat.hung_rank(suspects, overdue)
-        return self._fault(generation.workers[rank], process.ProcessFaultKind.HUNG,
-                           detail=deadline.describe())
-
-    def _fault(self, worker: workers.WorkerState, kind: process.ProcessFaultKind, *,
-               detected_at: float | None = None, detail: str = "") -> process.ProcessFault:
-        injected = worker.injected
-        return process.ProcessFault(
-            rank=worker.rank, pid=worker.pid or 0, kind=kind,
-            detected_at=self._clock.monotonic() if detected_at is None else detected_at,
-            returncode=worker.returncode,
-            last_step=injected.step if injected else worker.begun_step,
-            occurred_at=injected.time if injected else None,
-            injected=str(injected.kind) if injected else None, detail=detail)
-
     def _on_exit(self, pid: int, returncode: int) -> None:
         generation = self._generation
         worker = generation.by_pid(pid) if generation is not None else None
@@ -296,8 +249,8 @@ class NodeAgent:
             if any(w.returncode not in (None, 0) and not w.stopping and w is not worker
                    for w in generation.workers.values()):
                 return
-        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=self._fault(
-            worker, process.ProcessFaultKind.RAISED, detected_at=detected_at, detail=error)))
+        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=worker.fault(
+            process.ProcessFaultKind.RAISED, detected_at=detected_at, detail=error)))
 
     async def _report_failure(self, generation: workers.Generation,
                               worker: workers.WorkerState, *, detected_at: float) -> None:
@@ -313,7 +266,7 @@ class NodeAgent:
         kind = (process.ProcessFaultKind.SIGNALED if returncode < 0
                 else process.ProcessFaultKind.EXITED)
         generation.settle(process.GenerationOutcome(
-            process.OutcomeKind.FAULT, fault=self._fault(worker, kind, detected_at=detected_at)))
+            process.OutcomeKind.FAULT, fault=worker.fault(kind, detected_at=detected_at)))
 
     def _on_standby_lost(self, reason: str) -> None:
         self._log.error("%s; its workers died with it", reason)

@@ -124,6 +124,17 @@ class WorkerState:
     def excerpt(self) -> str:
         return error_excerpt(self.error_file, self.stderr.tail())
 
+    def fault(self, kind: process.ProcessFaultKind, *, detected_at: float,
+              detail: str = "") -> process.ProcessFault:
+        """This worker's fault as observed; an injected one carries when it struck."""
+        injected = self.injected
+        return process.ProcessFault(
+            rank=self.rank, pid=self.pid or 0, kind=kind, detected_at=detected_at,
+            returncode=self.returncode,
+            last_step=injected.step if injected else self.begun_step,
+            occurred_at=injected.time if injected else None,
+            injected=str(injected.kind) if injected else None, detail=detail)
+
     def send(self, message: messages.Message) -> bool:
         """Queue a message to the worker's session; False when it has none."""
         if self.link is None or self.link.is_closing():

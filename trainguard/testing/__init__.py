@@ -1,19 +1,26 @@
 """Helpers for testing jobs that run under trainguard (public API).
 
 ``inject_fault`` causes a real fault in a worker of a running job, as ``trainguard fault inject``
-does; ``recorded_events`` reads a run's event log, as ``trainguard events`` does.
+does; ``recorded_events`` reads a run's event log, as ``trainguard events`` does;
+``end_process_tree`` ends a job started in a session of its own, with everything it started.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from pathlib import Path
+
+import psutil
 
 from trainguard.agent.control import ControlError, inject_fault
 from trainguard.ipc.messages import InjectionKind
 from trainguard.launcher import STORE_NAME
 from trainguard.store import api, sqlite
 
-__all__ = ["ControlError", "InjectionKind", "inject_fault", "recorded_events"]
+__all__ = ["ControlError", "InjectionKind", "end_process_tree", "inject_fault",
+           "recorded_events"]
 
 
 def recorded_events(run_dir: Path, *kinds: str) -> list[api.StoredEvent]:
@@ -27,3 +34,17 @@ def recorded_events(run_dir: Path, *kinds: str) -> list[api.StoredEvent]:
         return store.events(kinds=kinds)
     finally:
         store.close()
+
+
+def end_process_tree(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` and every process it started, also those in
+    sessions of their own (torchrun puts its workers there; trainguard's workers too)."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    for process in descendants:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
