@@ -6,7 +6,7 @@ import json
 import socket
 from pathlib import Path
 
-from trainguard.agent import ipc_server, node_agent
+from trainguard.agent import node_agent
 from trainguard.ipc import messages
 
 __all__ = ["ControlError", "inject_fault"]
@@ -32,7 +32,7 @@ def inject_fault(run_dir: Path, *, rank: int, kind: messages.InjectionKind,
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout)
-            connection.connect(ipc_server.connect_address(str(agent["address"])))
+            connection.connect(messages.socket_name(str(agent["address"])))
             connection.sendall(messages.encode(request))
             reply = messages.decode(connection.makefile("rb").readline())
     except OSError as error:

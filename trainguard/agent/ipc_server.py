@@ -16,16 +16,11 @@ from typing import Protocol
 
 from trainguard.ipc import messages
 
-__all__ = ["IpcServer", "MessageHandler", "connect_address"]
+__all__ = ["IpcServer", "MessageHandler"]
 
 logger = logging.getLogger(__name__)
 
 _LINE_LIMIT = 1 << 20
-
-
-def connect_address(address: str) -> str:
-    """``@name`` -> the abstract socket name the kernel expects (leading NUL)."""
-    return "\0" + address[1:] if address.startswith("@") else address
 
 
 class MessageHandler(Protocol):
@@ -51,7 +46,7 @@ class IpcServer:
 
     async def start(self) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(connect_address(self.address))
+        listener.bind(messages.socket_name(self.address))
         self._server = await asyncio.start_unix_server(
             self._serve, sock=listener, limit=_LINE_LIMIT)
 

@@ -45,7 +45,14 @@ __all__ = [
     "WorkerFailing",
     "decode",
     "encode",
+    "socket_name",
 ]
+
+
+def socket_name(address: str) -> str:
+    """The name to bind or connect to for an agent ``address``: ``@name`` is an abstract Unix
+    socket (Linux), written with a leading NUL, which the environment cannot carry."""
+    return "\0" + address[1:] if address.startswith("@") else address
 
 
 class MessageError(ValueError):

@@ -41,9 +41,8 @@ class AgentLink:
             AgentLinkError: nothing listens there.
         """
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        target = "\0" + address[1:] if address.startswith("@") else address
         try:
-            self._socket.connect(target)
+            self._socket.connect(messages.socket_name(address))
         except OSError as error:
             self._socket.close()
             raise AgentLinkError(f"cannot reach the trainguard agent at {address}: {error}") \
