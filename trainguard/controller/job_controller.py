@@ -76,7 +76,7 @@ class JobController:
     async def run(self) -> JobResult:
         started = self._clock.monotonic()
         number = 0
-        recovering: process.ProcessFault | None = None
+        recovering: int | None = None  # index in self._faults of the fault being recovered
         while True:
             if self._stop.is_set():
                 return await self._finish(events.JobOutcome.STOPPED, self._stop_reason,
@@ -122,7 +122,7 @@ class JobController:
                                           number + 1, started, errors=errors)
             self._restarts_used += 1
             number += 1
-            recovering = self._faults[-1].fault
+            recovering = len(self._faults) - 1
 
     async def _outcome(self, generation: api.GenerationHandle
                        ) -> process.GenerationOutcome | None:
@@ -141,15 +141,19 @@ class JobController:
 
     async def _handle_fault(self, generation: api.GenerationHandle, fault: process.ProcessFault
                             ) -> tuple[policy.Decision, str]:
-        context = self._context(generation, fault)
-        if policy.may_be_crash_loop(self.settings, context):
+        if policy.may_be_crash_loop(self.settings, self._context(generation, fault)):
             await self._agent.settle(timeout=self.settings.crash_loop_settle)
         await self._agent.complete_snapshots(failed_rank=fault.rank,
                                              timeout=self.settings.snapshot_grace)
         await self._agent.stop_workers()
-        worker = generation.workers[fault.rank]
-        fault = dataclasses.replace(fault, error_excerpt=worker.excerpt())
-        context = dataclasses.replace(self._context(generation, fault), fault=fault)
+        fault = dataclasses.replace(fault, error_excerpt=generation.workers[fault.rank].excerpt())
+        others = [
+            process.ProcessFault(rank=w.rank, pid=0, kind=process.ProcessFaultKind.EXITED,
+                                 detected_at=w.exited_at or fault.detected_at,
+                                 returncode=w.returncode, error_excerpt=w.excerpt())
+            for w in self._failed_by_themselves(generation, fault) if w.rank != fault.rank
+        ]
+        context = self._context(generation, fault, others=others)
         self._record(events.FaultDetected.of(job=self._job, generation=generation.number,
                                              fault=fault))
         decision = policy.decide(self.settings, context)
@@ -160,27 +164,26 @@ class JobController:
             - (decision.strategy is policy.Strategy.EXIT)))
         return decision, self._errors(generation, fault)
 
-    def _context(self, generation: api.GenerationHandle, fault: process.ProcessFault
-                 ) -> policy.FaultContext:
-        failed = [
-            process.ProcessFault(rank=w.rank, pid=0, kind=process.ProcessFaultKind.EXITED,
-                                 detected_at=w.exited_at or fault.detected_at,
-                                 returncode=w.returncode, error_excerpt=w.excerpt())
-            for w in generation.workers.values()
-            if w.returncode not in (None, 0) and not (w.stopping and w.rank != fault.rank)
-            and w.rank != fault.rank
-        ]
-        failed.append(fault)
+    def _context(self, generation: api.GenerationHandle, fault: process.ProcessFault, *,
+                 others: list[process.ProcessFault] | None = None) -> policy.FaultContext:
+        """What the policy looks at; ``others``: the other ranks that failed by themselves."""
         return policy.FaultContext(
             fault=fault, age=fault.detected_at - generation.started_at,
             progressed=generation.completed_step is not None, world_size=self._world_size,
-            failed=failed,
+            failed=[*(others or []), fault],
             restarts_left=self.settings.max_restarts - self._restarts_used)
+
+    @staticmethod
+    def _failed_by_themselves(generation: api.GenerationHandle, fault: process.ProcessFault
+                              ) -> list[api.WorkerView]:
+        """Workers that exited with an error without the agent ending them (the fault's rank
+        always counts, even when the agent ended it: a hung rank)."""
+        return [w for w in generation.workers.values()
+                if w.returncode not in (None, 0) and (not w.stopping or w.rank == fault.rank)]
 
     def _errors(self, generation: api.GenerationHandle, fault: process.ProcessFault) -> str:
         """Every failed rank's error, the root cause (earliest failure) first."""
-        failed = [w for w in generation.workers.values()
-                  if w.returncode not in (None, 0) and (not w.stopping or w.rank == fault.rank)]
+        failed = self._failed_by_themselves(generation, fault)
         failed.sort(key=lambda w: (w.rank != fault.rank, w.exited_at or 0.0))
         parts = []
         for worker in failed:
@@ -191,8 +194,8 @@ class JobController:
             parts.append(f"[{title}] rank {worker.rank}: {code}\n{indented}")
         return "\n".join(parts)
 
-    async def _measure_recovery(self, generation: api.GenerationHandle,
-                                fault: process.ProcessFault) -> None:
+    async def _measure_recovery(self, generation: api.GenerationHandle, index: int) -> None:
+        fault = self._faults[index].fault
         stepping_at = await generation.all_stepping
         origin = fault.occurred_at if fault.occurred_at is not None else fault.detected_at
         restore = generation.restore
@@ -203,10 +206,7 @@ class JobController:
             steps_lost=max(0, self._resume_step - restore.step),
             restore_source=str(restore.source), restore_step=restore.step)
         self._record(recovery)
-        for index in range(len(self._faults) - 1, -1, -1):
-            if self._faults[index].fault is fault or self._faults[index].fault.pid == fault.pid:
-                self._faults[index] = dataclasses.replace(self._faults[index], recovery=recovery)
-                break
+        self._faults[index] = dataclasses.replace(self._faults[index], recovery=recovery)
         self._publish("running", generation)
 
     def _note_progress(self, generation: api.GenerationHandle) -> None:
