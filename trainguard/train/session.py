@@ -144,6 +144,8 @@ class Session:
 
     def _inject_due(self, step: int) -> None:
         """Injected faults strike inside the step, where real ones do."""
+        if not self._injections:  # the usual case; the reader thread only ever appends
+            return
         with self._lock:
             due = [i for i in self._injections if i.at_step is None or step >= i.at_step]
             self._injections = [i for i in self._injections if i not in due]
