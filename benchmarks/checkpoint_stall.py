@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import psutil
 
 from benchmarks import common
+from trainguard import testing
 
 
 def _run(workdir: Path, size: int, repeats: int, out: Path, *, log: str) -> int:
@@ -38,14 +38,8 @@ def _run(workdir: Path, size: int, repeats: int, out: Path, *, log: str) -> int:
 
 def _plan_seconds(workdir: Path) -> dict[str, float]:
     """How long the agent took to choose and verify each generation's state, by source."""
-    path = workdir / "runs" / "stall" / "state.db"
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT data FROM events WHERE kind = 'generation-started'").fetchall()
-    found = {}
-    for (data,) in rows:
-        event = json.loads(data)
-        found[event["restore_source"]] = event["plan_seconds"]
-    return found
+    return {event.data["restore_source"]: event.data["plan_seconds"]
+            for event in testing.recorded_events(workdir / "runs" / "stall", "generation-started")}
 
 
 def _drop_page_cache() -> bool:

@@ -24,7 +24,6 @@ import os
 import random
 import re
 import signal
-import sqlite3
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from trainguard import testing
 
 _TORCH_LOG = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*(failed|exitcode|Sending process)")
 
@@ -54,13 +54,8 @@ def _command(tool: str, workdir: Path, steps: int) -> tuple[list[str], dict[str,
 
 def _detected_trainguard(workdir: Path) -> float | None:
     """Monotonic time of trainguard's first fault-detected event."""
-    path = workdir / "runs" / "bench" / "state.db"
-    if not path.exists():
-        return None
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        row = db.execute("SELECT data FROM events WHERE kind = 'fault-detected' ORDER BY id "
-                         "LIMIT 1").fetchone()
-    return float(json.loads(row[0])["detected_at"]) if row else None
+    found = testing.recorded_events(workdir / "runs" / "bench", "fault-detected")
+    return float(found[0].data["detected_at"]) if found else None
 
 
 def _detected_torchrun(log: Path, after_wall: float) -> float | None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -13,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from trainguard import testing
@@ -60,12 +59,10 @@ class Job:
         self._output.close()
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        path = self.run_dir / "state.db"
-        if not path.exists():
+        if not (self.run_dir / "state.db").exists():
             return []
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            rows = db.execute("SELECT kind, data FROM events ORDER BY id").fetchall()
-        return [dict(json.loads(data), kind=k) for k, data in rows if kind in (None, k)]
+        return [dict(event.data, kind=event.kind)
+                for event in testing.recorded_events(self.run_dir, *([kind] if kind else []))]
 
     def wait_for(self, what: str, condition: Callable[[], Any], *,
                  timeout: float = DEFAULT_TIMEOUT) -> Any:
@@ -94,15 +91,12 @@ class Job:
     def children(self) -> dict[str, int]:
         """The agent's helper processes by role: 'standby', 'persister'."""
         found = {}
-        for task in Path("/proc").glob("[0-9]*"):
-            with contextlib.suppress(OSError):
-                if int((task / "stat").read_text().rsplit(")", 1)[1].split()[1]) != \
-                        self.process.pid:
-                    continue
-                command = (task / "cmdline").read_bytes().decode(errors="replace")
+        for child in psutil.Process(self.process.pid).children():
+            with contextlib.suppress(psutil.Error):
+                command = " ".join(child.cmdline())
                 for role in ("standby", "persister"):
                     if f"trainguard.agent.{role}" in command:
-                        found[role] = int(task.name)
+                        found[role] = child.pid
         return found
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.e2e.jobs import SCRIPTS, Job, Start
@@ -42,12 +43,10 @@ def _checkpoints(directory: Path) -> list[Path]:
 
 
 def _worker_of_rank(job: Job, rank: int) -> int:
-    standby = job.children()["standby"]
-    for task in Path("/proc").glob("[0-9]*"):
+    for worker in psutil.Process(job.children()["standby"]).children():
         try:
-            parent = int((task / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if parent == standby and f"trainguard-rank{rank}-slot" in (task / "maps").read_text():
-                return int(task.name)
+            if f"trainguard-rank{rank}-slot" in Path(f"/proc/{worker.pid}/maps").read_text():
+                return worker.pid
         except OSError:
             continue
     raise AssertionError(f"no worker maps rank {rank}'s snapshot memory")
