@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,7 +12,7 @@ import pytest
 
 from trainguard import clock as clocks
 from trainguard.controller import api, job_controller, policy
-from trainguard.faults import events, process
+from trainguard.faults import events, process, replicas
 from trainguard.ipc import messages
 from trainguard.store import recorder, sqlite
 
@@ -42,6 +42,12 @@ class FakeWorker:
     stopping: bool = False
     exited_at: float | None = None
     error: str = ""
+    in_process: bool = False
+    left: messages.LeftGeneration | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.returncode is None
 
     def excerpt(self) -> str:
         return self.error
@@ -56,6 +62,10 @@ class FakeRestore:
     step: int = 0
     note: str = ""
 
+    @property
+    def label(self) -> str:
+        return str(self.source)
+
 
 @dataclasses.dataclass
 class FakeGeneration:
@@ -69,6 +79,7 @@ class FakeGeneration:
     restore: FakeRestore = dataclasses.field(default_factory=FakeRestore)
     completed_step: int | None = None
     plan_seconds: float = 0.0
+    kept: int = 0
 
     def succeed(self) -> None:
         for worker in self.workers.values():
@@ -88,6 +99,16 @@ class FakeAgent:
         self.generations: asyncio.Queue[FakeGeneration] = asyncio.Queue()
         self.current: FakeGeneration | None = None
         self._restores = restores
+        self.spares_left = 0
+        self.layout = replicas.ReplicaLayout(world_size, world_size)
+
+    async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
+                      to_spares: bool) -> FakeGeneration:
+        raise AssertionError("these jobs do not run under Session.run")
+
+    async def dump(self, *, failed: Collection[int]) -> int | None:
+        self.calls.append(("dump", sorted(failed)))
+        return None
 
     async def start_generation(self, number: int, *, restart_count: int) -> FakeGeneration:
         self.calls.append(("start_generation", (number, restart_count)))
@@ -217,7 +238,7 @@ def test_success_on_the_first_generation(store: sqlite.SqliteStore) -> None:
         assert h.data("generation-started") == [{
             "job": JOB, "generation": 0, "world_size": 2, "master_port": 29500,
             "restart_count": 0, "restore_source": "none", "restore_step": 0,
-            "plan_seconds": 0.0}]
+            "plan_seconds": 0.0, "kept_processes": 0}]
         assert h.data("job-finished") == [{
             "job": JOB, "outcome": "succeeded", "reason": "every rank finished",
             "generations": 1, "restarts_used": 0, "exit_code": 0, "wall_seconds": 12.5}]

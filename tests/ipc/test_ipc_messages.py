@@ -35,6 +35,14 @@ EVERY_MESSAGE: list[messages.Message] = [
     messages.InjectFault(kind=messages.InjectionKind.EXCEPTION, at_step=9),
     messages.InjectFault(kind=messages.InjectionKind.CRASH, at_step=None),
     messages.StopAt(step=123),
+    messages.RecoverySupported(strategies=["retry", "recover-in-place"]),
+    messages.LeftGeneration(generation=2, step=17, error="DeviceError: device fault 80E01801",
+                            code="80E01801", time=13.0),
+    messages.LeftGeneration(generation=2, step=None, error="", code="", time=13.5),
+    messages.Abort(generation=2),
+    messages.Rejoin(generation=3, master_port=29511, restart_count=1),
+    messages.RestorePlan(request_id=14, source=messages.RestoreSource.PEER, step=40, path="",
+                         next_slot=0, slot_paths=["", ""], note="", peer=0, send_to=[]),
     messages.InjectRequest(request_id=1, rank=0, kind=messages.InjectionKind.CRASH, at_step=None),
     messages.ControlReply(request_id=1, ok=False, detail="rank 7 is not running (ünïcode ✓)"),
 ]
@@ -54,7 +62,7 @@ def test_every_message_type_is_covered() -> None:
         and getattr(messages, name) is not messages.Message
     }
     assert covered == declared
-    assert len(declared) == 17
+    assert len(declared) == 21
 
 
 @pytest.mark.parametrize("message", EVERY_MESSAGE, ids=lambda m: type(m).__name__)
@@ -260,7 +268,7 @@ def test_decode_rejects_a_wrong_list_element_naming_the_field() -> None:
     ({"type": "step", "step": 1, "phase": "BEGIN", "time": 0.0}, "phase",
      "step: field 'phase' is 'BEGIN', expected one of begin, end"),
     ({"type": "inject", "kind": "segfault", "at_step": None}, "kind",
-     "inject: field 'kind' is 'segfault', expected one of crash, hang, exception"),
+     "inject: field 'kind' is 'segfault', expected one of crash, hang, exception, memory-error, link-error, device-error"),
     ({"type": "activity", "kind": 1, "active": True, "time": 0.0}, "kind",
      "activity: field 'kind' is 1, expected one of checkpoint, restore, user"),
     ({"type": "activity", "kind": ["user"], "active": True, "time": 0.0}, "kind",

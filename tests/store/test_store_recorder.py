@@ -78,7 +78,7 @@ def test_record_stores_the_event_with_the_clock_time(
         id=event_id, time="2023-11-14T22:13:20.250Z", kind="generation-started",
         data={"job": "demo", "generation": 0, "world_size": 4, "master_port": 29500,
               "restart_count": 0, "restore_source": "memory", "restore_step": 7,
-              "plan_seconds": 0.01})
+              "plan_seconds": 0.01, "kept_processes": 0})
 
 
 def test_record_returns_growing_ids_and_uses_the_current_time(

@@ -8,7 +8,8 @@ Layout under the checkpoint directory::
         manifest.json         written last, by atomic rename, after every shard is durable
 
 manifest.json: ``{"format": "trainguard-checkpoint", "version": 1, "step", "world_size",
-"created" (ISO-8601 UTC), "shards": [{"rank", "file", "nbytes", "xxh3_64" (16 hex digits)}]}``.
+"created" (ISO-8601 UTC), "shards": [{"rank", "file", "nbytes", "xxh3_64" (16 hex digits),
+"source" (only when another rank's snapshot stands in: its data-parallel replica)}]}``.
 A checkpoint is written in ``step-000000120.partial-<nonce>/`` and renamed to its final name once
 its manifest is durable, so a writer that dies leaves only a ``.partial-`` directory, which is
 never loaded and is removed later. A step directory without a valid manifest is never loaded.
@@ -62,6 +63,12 @@ class ShardRecord:
     file: str
     nbytes: int
     checksum: int
+    source: int | None = None  # the replica whose snapshot this is, when not the rank's own
+
+    @property
+    def writer(self) -> int:
+        """The rank that wrote the snapshot (its header says so)."""
+        return self.rank if self.source is None else self.source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +87,8 @@ class Manifest:
             "created": self.created,
             "shards": [
                 {"rank": shard.rank, "file": shard.file, "nbytes": shard.nbytes,
-                 "xxh3_64": f"{shard.checksum:016x}"}
+                 "xxh3_64": f"{shard.checksum:016x}",
+                 **({} if shard.source is None else {"source": shard.source})}
                 for shard in self.shards
             ],
         }, indent=1)
@@ -100,7 +108,8 @@ class Manifest:
                 f"is not {_FORMAT!r} version {_VERSION}")
         try:
             shards = tuple(
-                ShardRecord(int(s["rank"]), str(s["file"]), int(s["nbytes"]), int(s["xxh3_64"], 16))
+                ShardRecord(int(s["rank"]), str(s["file"]), int(s["nbytes"]), int(s["xxh3_64"], 16),
+                            None if s.get("source") is None else int(s["source"]))
                 for s in body["shards"]
             )
             manifest = cls(int(body["step"]), int(body["world_size"]), str(body["created"]), shards)
@@ -195,10 +204,10 @@ class CheckpointDirectory:
                 raise CheckpointError(
                     f"{shard.file} holds no complete snapshot (seq {header.seq}, "
                     f"{header.end} of {size} bytes)")
-            if header.rank != shard.rank or header.step != manifest.step:
+            if header.rank != shard.writer or header.step != manifest.step:
                 raise CheckpointError(
                     f"{shard.file} holds rank {header.rank} step {header.step}, expected rank "
-                    f"{shard.rank} step {manifest.step}")
+                    f"{shard.writer} step {manifest.step}")
             if digest.intdigest() != shard.checksum:
                 raise CheckpointError(
                     f"{shard.file} is corrupt: checksum {digest.intdigest():016x}, manifest "

@@ -14,13 +14,13 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.agent import checkpoint_disk, persister_client, snapshot_slots
-from trainguard.faults import events
+from trainguard.faults import events, replicas
 from trainguard.ipc import messages
 
 __all__ = ["CheckpointMemory", "CheckpointSettings", "RestoreChoice"]
@@ -60,6 +60,16 @@ class RestoreChoice:
     step: int
     paths: dict[int, str]  # rank -> file holding its state
     note: str
+    peers: dict[int, int] = dataclasses.field(default_factory=dict)
+    """rank -> the data-parallel replica that sends it its state (source PEER for that rank)."""
+
+    @property
+    def label(self) -> str:
+        """Where the state comes from, for people: ``memory``, ``memory and peers``, ``disk``."""
+        return f"{self.source} and peers" if self.peers else str(self.source)
+
+    def send_to(self, rank: int) -> list[int]:
+        return sorted(receiver for receiver, donor in self.peers.items() if donor == rank)
 
 
 class CheckpointMemory:
@@ -118,6 +128,33 @@ class CheckpointMemory:
             for step in sorted(steps, reverse=True)
         ]
 
+    def replica_complete_steps(
+        self, *, lost: Collection[int] = (), layout: replicas.ReplicaLayout | None = None
+    ) -> list[tuple[int, list[snapshot_slots.SlotState], dict[int, int]]]:
+        """Steps every rank can restore from memory, newest first: from its own snapshot, or
+        (given the job's replica ``layout``) from a replica's. ``lost``: ranks whose memory
+        does not count. Returns the snapshots used and, for each rank without its own, the
+        replica that stands in."""
+        held = {rank: {state.header.step: state for state in self._slots.committed(rank)}
+                for rank in range(self._world_size) if rank not in lost}
+        steps = sorted({step for states in held.values() for step in states}, reverse=True)
+        found = []
+        for step in steps:
+            used: dict[int, snapshot_slots.SlotState] = {}
+            peers: dict[int, int] = {}
+            having = [rank for rank, states in held.items() if step in states]
+            for rank in range(self._world_size):
+                if rank in having:
+                    used[rank] = held[rank][step]
+                    continue
+                donor = layout.donor(rank, having) if layout is not None else None
+                if donor is None:
+                    break
+                peers[rank] = donor
+            else:
+                found.append((step, list(used.values()), peers))
+        return found
+
     def newest_complete(self) -> tuple[int, list[snapshot_slots.SlotState]] | None:
         complete = self.complete_steps()
         return complete[0] if complete else None
@@ -145,11 +182,16 @@ class CheckpointMemory:
                 self._last_hash = now
                 await self._hash_newest()
 
-    def _shards(self, states: list[snapshot_slots.SlotState]) -> list[dict[str, object]]:
+    def _shards(self, states: list[snapshot_slots.SlotState],
+                peers: dict[int, int] | None = None) -> list[dict[str, object]]:
+        """The persister's shard list; ``peers``: ranks saved from a replica's snapshot."""
+        by_rank = {state.rank: state for state in states}
+        own = [(state.rank, state) for state in states]
+        stand_ins = [(rank, by_rank[donor]) for rank, donor in (peers or {}).items()]
         return [
             {"rank": state.rank, "path": self._slots.path(state.rank, state.slot),
-             "seq": state.header.seq}
-            for state in states
+             "seq": state.header.seq, "as_rank": rank}
+            for rank, state in sorted(own + stand_ins, key=lambda item: item[0])
         ]
 
     async def _hash_newest(self) -> None:
@@ -177,7 +219,7 @@ class CheckpointMemory:
                 if newest is None or newest[0] <= self._persisted_step:
                     return True
                 self._last_persist = self._clock.monotonic()
-                reply = await self._persist(*newest)
+                reply = await self._persist(newest[0], self._shards(newest[1]))
                 if reply is None:
                     return False
                 if reply["op"] == "persisted":
@@ -187,12 +229,28 @@ class CheckpointMemory:
                     return False
             return False
 
-    async def _persist(self, step: int, states: list[snapshot_slots.SlotState]
+    async def dump(self, *, lost: Collection[int], layout: replicas.ReplicaLayout
+                   ) -> int | None:
+        """The dying checkpoint (R5): persist the newest step every rank has in memory, the
+        ``lost`` ranks' state taken from their replicas; returns its step (None: nothing to
+        save)."""
+        async with self._busy:
+            candidates = self.replica_complete_steps(lost=lost, layout=layout)
+            if not candidates:
+                return None
+            step, states, peers = candidates[0]
+            if step > self._persisted_step:
+                reply = await self._persist(step, self._shards(states, peers))
+                if reply is None or reply["op"] != "persisted":
+                    return None
+            return step
+
+    async def _persist(self, step: int, shards: list[dict[str, object]]
                        ) -> dict[str, Any] | None:
         command = {
             "op": "persist", "step": step, "world_size": self._world_size,
             "root": str(self.directory.root), "keep": self.settings.keep_checkpoints,
-            "bandwidth": self.settings.persist_bandwidth, "shards": self._shards(states),
+            "bandwidth": self.settings.persist_bandwidth, "shards": shards,
         }
         try:
             reply = await self._persister.call(command)
@@ -208,22 +266,27 @@ class CheckpointMemory:
 
     # --- restore -----------------------------------------------------------------------------
 
-    async def plan_restore(self) -> RestoreChoice:
+    async def plan_restore(self, *, lost: Collection[int] = (),
+                           layout: replicas.ReplicaLayout | None = None) -> RestoreChoice:
         """Choose the state every rank of the next generation starts from, and prepare memory.
 
+        ``lost``: ranks whose memory snapshots are not to be used (their device was taken out
+        of use); they are cleared. With the job's replica ``layout`` (only when the ranks can
+        take state from a peer), a rank without its own snapshot of a step gets a replica's.
         Memory slots holding steps newer than the choice (a timeline that was rolled back) are
         cleared; the rank's next snapshot goes to the slot not holding the restored one.
         """
-        memory_step, memory_paths, skipped = await self._memory_candidate()
-        disk_step, disk_paths, disk_skipped = await self._disk_candidate(newer_than=memory_step)
+        memory, skipped = await self._memory_candidate(lost, layout)
+        disk_step, disk_paths, disk_skipped = await self._disk_candidate(
+            newer_than=memory.step if memory else None)
         skipped.extend(disk_skipped)
         if disk_step is not None and disk_paths is not None:
             choice = RestoreChoice(messages.RestoreSource.DISK, disk_step, disk_paths, "")
-        elif memory_step is not None and memory_paths is not None:
-            choice = RestoreChoice(messages.RestoreSource.MEMORY, memory_step, memory_paths, "")
+        elif memory is not None:
+            choice = memory
         else:
             choice = RestoreChoice(messages.RestoreSource.NONE, 0, {}, "")
-        self._forget_after(choice)
+        self._forget_after(choice, lost)
         note = "; ".join(skipped)
         return dataclasses.replace(choice, note=note)
 
@@ -234,20 +297,24 @@ class CheckpointMemory:
                     return 1 - state.slot
         return 0
 
-    async def _memory_candidate(self) -> tuple[int | None, dict[int, str] | None, list[str]]:
+    async def _memory_candidate(
+        self, lost: Collection[int], layout: replicas.ReplicaLayout | None
+    ) -> tuple[RestoreChoice | None, list[str]]:
         skipped: list[str] = []
-        for step, states in self.complete_steps():
+        for step, states, peers in self.replica_complete_steps(lost=lost, layout=layout):
             problems = await asyncio.gather(
                 *(asyncio.to_thread(self._slots.verify, state) for state in states))
             bad = [f"rank {state.rank}: {problem}"
                    for state, problem in zip(states, problems, strict=True) if problem]
             if not bad:
-                return step, {s.rank: self._slots.path(s.rank, s.slot) for s in states}, skipped
+                paths = {s.rank: self._slots.path(s.rank, s.slot) for s in states}
+                return RestoreChoice(messages.RestoreSource.MEMORY, step, paths, "",
+                                     peers), skipped
             reason = "; ".join(bad)
             skipped.append(f"memory snapshot of step {step} skipped ({reason})")
             self._record(events.CheckpointRejected(
                 job=self._job, path=f"memory:step-{step}", reason=reason))
-        return None, None, skipped
+        return None, skipped
 
     async def _disk_candidate(
         self, *, newer_than: int | None
@@ -270,8 +337,9 @@ class CheckpointMemory:
             return step, {s.rank: str(path / s.file) for s in manifest.shards}, skipped
         return None, None, skipped
 
-    def _forget_after(self, choice: RestoreChoice) -> None:
-        """Make memory and bookkeeping agree with the chosen state: later steps never were."""
+    def _forget_after(self, choice: RestoreChoice, lost: Collection[int]) -> None:
+        """Make memory and bookkeeping agree with the chosen state: later steps never were,
+        and the lost ranks' memory is gone."""
         self._hashed_step = min(self._hashed_step, choice.step)
         if choice.source is messages.RestoreSource.DISK:
             self._persisted_step = choice.step
@@ -280,7 +348,7 @@ class CheckpointMemory:
         for rank in self._slots.ranks():
             for state in self._slots.committed(rank):
                 keep = (choice.source is messages.RestoreSource.MEMORY
-                        and state.header.step <= choice.step)
+                        and state.header.step <= choice.step and rank not in lost)
                 if not keep:
                     self._slots.invalidate(rank, state.slot)
 

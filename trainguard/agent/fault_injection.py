@@ -72,7 +72,8 @@ class FaultInjector:
         if worker is None:
             raise InjectionError(
                 f"there is no rank {rank}; the job has ranks 0..{len(generation.workers) - 1}")
-        if at_step is None and kind is not messages.InjectionKind.EXCEPTION and worker.alive:
+        signalled = kind in (messages.InjectionKind.CRASH, messages.InjectionKind.HANG)
+        if at_step is None and signalled and worker.alive:
             assert worker.pid is not None
             self._on_injection(rank, kind, at_step)
             signum = signal.SIGKILL if kind is messages.InjectionKind.CRASH else signal.SIGSTOP

@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from pathlib import Path
 
 from trainguard import clock as clocks
@@ -32,7 +32,7 @@ from trainguard.agent import (
     workers,
 )
 from trainguard.detect import heartbeat
-from trainguard.faults import process
+from trainguard.faults import process, replicas
 from trainguard.ipc import messages
 
 __all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 AGENT_FILE = "agent.json"
 _ATTRIBUTION_SECONDS = 0.1  # how long an exception report waits for a rank's death to explain it
+# How long a rank whose collective failed waits for the cause (a peer's exit or error) before
+# the failure counts as the collective's own, with every rank alive.
+_COMMUNICATION_SECONDS = 0.3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +65,21 @@ class AgentSettings:
     output: worker_output.OutputSettings = dataclasses.field(
         default_factory=worker_output.OutputSettings)
     fault_plan: tuple[fault_injection.PlannedFault, ...] = ()
+    dp_size: int | None = None
+    """Data-parallel replicas (R7); default: the world size (pure data parallel)."""
+    spare_devices: int = 0
+    """Devices kept free for ranks moved off a failed device (strategy recover), each with a
+    process ready to become a worker."""
+    leave_timeout: float = 10.0
+    """Seconds the surviving ranks get to leave a generation (finish a snapshot in progress,
+    cut the communicator) before a process-level recovery gives up."""
 
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1:
             raise ValueError(f"nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        if self.spare_devices < 0:
+            raise ValueError(f"spare-devices must be >= 0, got {self.spare_devices}")
+        replicas.ReplicaLayout(self.nproc_per_node, self.dp_size or self.nproc_per_node)
         if not self.monitor_interval > 0:
             raise ValueError(f"monitor-interval must be > 0 seconds, got {self.monitor_interval}")
         for planned in self.fault_plan:
@@ -101,6 +115,11 @@ class NodeAgent:
         self._base_env = dict(base_env)
         self._ipc = ipc_server.IpcServer(self)
         self._standby: standby_client.StandbyProcess | None = None
+        self._spare_standby: standby_client.StandbyProcess | None = None
+        self.spares_left = settings.spare_devices
+        self.layout = replicas.ReplicaLayout(settings.nproc_per_node,
+                                             settings.dp_size or settings.nproc_per_node)
+        self._devices = {rank: rank for rank in range(settings.nproc_per_node)}
         self._generation: workers.Generation | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._injector = fault_injection.FaultInjector(
@@ -125,18 +144,24 @@ class NodeAgent:
         (self.settings.run_dir / AGENT_FILE).write_text(json.dumps(
             {"pid": os.getpid(), "address": self.address, "run_id": self.settings.run_id}))
         await self._ensure_standby()
+        if self.settings.spare_devices:
+            self._spare_standby = await self._start_standby("spare standby")
         self._checkpoints.start()
 
     async def _ensure_standby(self) -> standby_client.StandbyProcess:
         if self._standby is not None and self._standby.alive:
             return self._standby
-        self._standby = standby_client.StandbyProcess(
+        self._standby = await self._start_standby("standby")
+        return self._standby
+
+    async def _start_standby(self, what: str) -> standby_client.StandbyProcess:
+        standby = standby_client.StandbyProcess(
             preload=self.settings.preload, env=self._base_env, on_exit=self._on_exit,
             on_lost=self._on_standby_lost)
-        await self._standby.start(timeout=self._detector.settings.startup_timeout)
-        self._log.info("standby process %s ready (preloaded: %s)", self._standby.pid,
-                       ", ".join(self._standby.preloaded) or "nothing")
-        return self._standby
+        await standby.start(timeout=self._detector.settings.startup_timeout)
+        self._log.info("%s process %s ready (preloaded: %s)", what, standby.pid,
+                       ", ".join(standby.preloaded) or "nothing")
+        return standby
 
     # --- generations -------------------------------------------------------------------------
 
@@ -147,7 +172,7 @@ class NodeAgent:
         make the generation's outcome fatal rather than raise.
         """
         planning = self._clock.monotonic()
-        restore = await self._checkpoints.plan_restore()
+        restore = await self._checkpoints.plan_restore(layout=self._peer_layout())
         plan_seconds = self._clock.monotonic() - planning
         settings = self.settings
         port = settings.master_port if number == 0 and settings.master_port else free_port(
@@ -168,6 +193,101 @@ class NodeAgent:
                 process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
         self._monitor = asyncio.create_task(self._watchdog.watch(generation), name="watchdog")
         return generation
+
+    def _peer_layout(self) -> replicas.ReplicaLayout | None:
+        """The replica layout when ranks may take state from peers: the last generation's
+        workers all ran under Session.run, which restores after forming the process group."""
+        generation = self._generation
+        if generation is None or not all(w.in_process for w in generation.workers.values()):
+            return None
+        return self.layout
+
+    async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
+                      to_spares: bool) -> workers.Generation:
+        """Form generation ``number`` from the surviving processes and new ones for
+        ``replace`` (on spare devices when ``to_spares``: their memory is then not used).
+
+        The survivors are told to leave the current generation (they cut their communicator
+        and wait); the replaced ranks' processes are ended; then every rank is told (or
+        started) to join the new one on a fresh port.
+
+        Raises:
+            process.RecoveryError: a survivor did not leave in time, or is gone.
+        """
+        old = self._current()
+        replace = set(replace) | {w.rank for w in old.workers.values() if not w.alive}
+        survivors = [w for w in old.workers.values() if w.rank not in replace]
+        if to_spares and self.spares_left < len(replace):
+            raise process.RecoveryError(
+                f"{self.spares_left} spare devices left for {len(replace)} ranks")
+        for worker in old.workers.values():
+            if worker.rank in replace:
+                self._signal(worker, signal.SIGKILL)
+            elif worker.left is None:
+                worker.send(messages.Abort(old.number))
+        await self._await_leaving(old, survivors)
+        planning = self._clock.monotonic()
+        restore = await self._checkpoints.plan_restore(
+            lost=replace if to_spares else (), layout=self.layout)
+        plan_seconds = self._clock.monotonic() - planning
+        generation = workers.Generation(
+            number=number, restart_count=restart_count,
+            master_port=free_port(self.settings.master_addr), started_at=self._clock.monotonic(),
+            restore=restore, plan_seconds=plan_seconds, kept=len(survivors))
+        await self._stop_monitor()
+        self._generation = generation
+        self.statistics.new_generation()
+        for worker in survivors:
+            worker.carry_over()
+            generation.workers[worker.rank] = worker
+        for rank in sorted(replace):
+            if to_spares:
+                self._devices[rank] = self.settings.nproc_per_node + (
+                    self.settings.spare_devices - self.spares_left)
+                self.spares_left -= 1
+            generation.workers[rank] = self._prepare_worker(generation, rank)
+        now = self._clock.monotonic()
+        for worker in survivors:
+            self._detector.start(worker.rank, at=now)
+            worker.send(messages.Rejoin(number, generation.master_port, restart_count))
+        try:
+            standby = self._spare_standby if to_spares else await self._ensure_standby()
+            if standby is None:
+                raise standby_client.StandbyError("no spare standby process")
+            for rank in sorted(replace):
+                await self._spawn(standby, generation, generation.workers[rank])
+        except standby_client.StandbyError as error:
+            generation.settle(process.GenerationOutcome(
+                process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
+        self._monitor = asyncio.create_task(self._watchdog.watch(generation), name="watchdog")
+        return generation
+
+    async def _await_leaving(self, generation: workers.Generation,
+                             survivors: list[workers.WorkerState]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.leave_timeout
+        while True:
+            gone = [w.rank for w in survivors if not w.alive]
+            if gone:
+                raise process.RecoveryError(
+                    f"rank {gone[0]} exited while the others were leaving the generation")
+            waiting = [w.rank for w in survivors if w.left is None]
+            replaced_alive = [w for w in generation.workers.values()
+                              if w not in survivors and w.alive]
+            if not waiting and not replaced_alive:
+                return
+            if loop.time() >= deadline:
+                what = (f"ranks {waiting} did not leave generation {generation.number}"
+                        if waiting else "replaced processes did not exit")
+                raise process.RecoveryError(f"{what} within {self.settings.leave_timeout:.0f} s")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), deadline - loop.time())
+
+    async def dump(self, *, failed: Collection[int]) -> int | None:
+        """The dying checkpoint (R5): save the newest step the healthy replicas hold, the
+        failed ranks' state from their replicas; returns its step."""
+        return await self._checkpoints.dump(lost=failed, layout=self.layout)
 
     def _prepare_worker(self, generation: workers.Generation, local_rank: int
                         ) -> workers.WorkerState:
@@ -199,6 +319,7 @@ class NodeAgent:
             max_restarts=settings.max_restarts, run_id=settings.run_id,
             error_file=worker.error_file, agent_socket=self.address,
             generation=generation.number)
+        env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
         launch = standby_client.WorkerLaunch(
             mode=settings.program.mode, target=settings.program.target,
             args=settings.program.args, env=env, cwd=os.getcwd())
@@ -249,8 +370,32 @@ class NodeAgent:
             if any(w.returncode not in (None, 0) and not w.stopping and w is not worker
                    for w in generation.workers.values()):
                 return
-        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=worker.fault(
-            process.ProcessFaultKind.RAISED, detected_at=detected_at, detail=error)))
+        left = worker.left
+        fault = worker.fault(process.ProcessFaultKind.RAISED, detected_at=detected_at,
+                             detail=error.strip().splitlines()[-1] if error.strip() else "")
+        if left is not None:
+            fault = dataclasses.replace(fault, code=left.code, alive=worker.alive,
+                                        last_step=fault.last_step if left.step is None
+                                        else left.step)
+        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=fault))
+
+    async def _report_left(self, generation: workers.Generation, worker: workers.WorkerState,
+                           left: messages.LeftGeneration) -> None:
+        """A rank left its generation with an error: its own (a fault of this rank), or a
+        collective's that failed (the cause is elsewhere: an exit or another rank's error
+        that arrives meanwhile; if none does, the collective failed by itself)."""
+        if left.error and not process.lost_a_peer(left.error):
+            await self._report_raised(generation, worker, left.error)
+            return
+        detected_at = self._clock.monotonic()
+        await asyncio.sleep(_COMMUNICATION_SECONDS)
+        if generation.outcome.done() or not all(w.alive for w in generation.workers.values()):
+            return
+        struck = next((w for w in generation.workers.values() if w.injected is not None), worker)
+        fault = struck.fault(process.ProcessFaultKind.COMMUNICATION, detected_at=detected_at,
+                             detail="a collective failed while every rank is alive")
+        fault = dataclasses.replace(fault, alive=True, error_excerpt=left.error)
+        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=fault))
 
     async def _report_failure(self, generation: workers.Generation,
                               worker: workers.WorkerState, *, detected_at: float) -> None:
@@ -356,6 +501,9 @@ class NodeAgent:
             if worker.link is not None:
                 worker.link.close()
         generation.settle(process.GenerationOutcome(process.OutcomeKind.STOP_REQUESTED))
+        await self._stop_monitor()
+
+    async def _stop_monitor(self) -> None:
         if self._monitor is not None:
             self._monitor.cancel()
             await asyncio.gather(self._monitor, return_exceptions=True)
@@ -367,10 +515,13 @@ class NodeAgent:
     # --- messages from workers (ipc_server.MessageHandler) -----------------------------------
 
     def _worker(self, hello: messages.Hello) -> workers.WorkerState | None:
+        """The worker of the current generation that said ``hello``: the same rank and
+        process (a process carried over from an earlier generation keeps its connection)."""
         generation = self._generation
-        if generation is None or generation.number != hello.generation:
+        if generation is None:
             return None
-        return generation.workers.get(hello.rank)
+        worker = generation.workers.get(hello.rank)
+        return worker if worker is not None and worker.pid == hello.pid else None
 
     def worker_connected(self, hello: messages.Hello, writer: asyncio.StreamWriter) -> bool:
         worker = self._worker(hello)
@@ -412,6 +563,15 @@ class NodeAgent:
             case messages.WorkerFailing(error=error):
                 if not worker.stopping:
                     self._track(self._report_raised(generation, worker, error))
+            case messages.RecoverySupported():
+                worker.in_process = True
+            case messages.LeftGeneration(generation=number):
+                if number == generation.number:
+                    worker.left = message
+                    self._detector.forget(worker.rank)
+                    self._changed.set()
+                    if not worker.stopping and not generation.outcome.done():
+                        self._track(self._report_left(generation, worker, message))
             case messages.Finished(time=at):
                 worker.finished_at = at
                 self._detector.forget(worker.rank)
@@ -423,11 +583,14 @@ class NodeAgent:
                 self._reserve(generation, worker, request_id, slot, nbytes)
             case messages.RestorePlanRequest(request_id=request_id):
                 choice = generation.restore
+                peer = choice.peers.get(worker.rank)
                 worker.send(messages.RestorePlan(
-                    request_id=request_id, source=choice.source, step=choice.step,
-                    path=choice.paths.get(worker.rank, ""),
+                    request_id=request_id,
+                    source=choice.source if peer is None else messages.RestoreSource.PEER,
+                    step=choice.step, path=choice.paths.get(worker.rank, ""),
                     next_slot=self._checkpoints.next_slot(worker.rank, choice),
-                    slot_paths=self._checkpoints.slot_paths(worker.rank), note=choice.note))
+                    slot_paths=self._checkpoints.slot_paths(worker.rank), note=choice.note,
+                    peer=peer, send_to=choice.send_to(worker.rank)))
             case _:
                 self._log.warning("rank %d sent an unexpected %s message", worker.rank,
                                message.TYPE)
@@ -470,8 +633,9 @@ class NodeAgent:
         generation = self._generation
         if generation is not None and any(w.alive for w in generation.workers.values()):
             await self.stop_workers()
-        if self._standby is not None:
-            await self._standby.close()
+        for standby in (self._standby, self._spare_standby):
+            if standby is not None:
+                await standby.close()
         await self._ipc.close()
         await self._checkpoints.close()
         (self.settings.run_dir / AGENT_FILE).unlink(missing_ok=True)

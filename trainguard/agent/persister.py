@@ -154,9 +154,11 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
     slots: list[_OpenSlot] = []
     records = []
     try:
+        ranks = []  # the rank each shard is saved as: a replica may stand in for a lost rank
         for item in command["shards"]:
             slot = _OpenSlot(_Shard(int(item["rank"]), str(item["path"]), int(item["seq"])))
             slots.append(slot)
+            ranks.append(int(item.get("as_rank", item["rank"])))
             if slot.header.step != step:
                 raise PersistError(
                     f"rank {slot.shard.rank}: slot holds step {slot.header.step}, not {step}")
@@ -166,14 +168,15 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
             sources.append(slot.memory[: slot.header.end] if private else slot.memory)
             slot.check()
         target.mkdir(parents=True, exist_ok=True)
-        for slot, data in zip(slots, sources, strict=True):
-            name = checkpoint_disk.shard_name(slot.shard.rank)
+        for rank, slot, data in zip(ranks, slots, sources, strict=True):
+            name = checkpoint_disk.shard_name(rank)
             checksum = _write_shard(memoryview(data), slot.header, target / name, throttle)
             if not private:
                 slot.check()  # a straight write may have raced a worker
             slot.record_checksum(checksum)
-            records.append(checkpoint_disk.ShardRecord(slot.shard.rank, name, slot.header.end,
-                                                       checksum))
+            source = None if rank == slot.shard.rank else slot.shard.rank
+            records.append(checkpoint_disk.ShardRecord(rank, name, slot.header.end, checksum,
+                                                       source))
         checkpoint_disk.sync_directory(target)
         manifest = checkpoint_disk.Manifest(
             step=step,

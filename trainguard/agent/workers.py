@@ -112,6 +112,15 @@ class WorkerState:
     injected: messages.FaultInjected | None = None
     finished_at: float | None = None  # its session closed: the work is done
     ended_after_finishing: bool = False  # it hung on its way out and the agent ended it
+    in_process: bool = False  # it trains under Session.run: it can leave and rejoin generations
+    left: messages.LeftGeneration | None = None  # it left the generation and awaits orders
+
+    def carry_over(self) -> None:
+        """The process joins the next generation: forget what belonged to the last one."""
+        self.begun_step = self.completed_step = None
+        self.injected = None
+        self.left = None
+        self.stopping = False
 
     @property
     def succeeded(self) -> bool:
@@ -122,6 +131,8 @@ class WorkerState:
         return self.pid is not None and self.returncode is None
 
     def excerpt(self) -> str:
+        if self.left is not None and self.left.error:
+            return self.left.error
         return error_excerpt(self.error_file, self.stderr.tail())
 
     def fault(self, kind: process.ProcessFaultKind, *, detected_at: float,
@@ -153,8 +164,10 @@ class Generation:
         started_at: float,
         restore: checkpoint_memory.RestoreChoice,
         plan_seconds: float = 0.0,
+        kept: int = 0,
     ) -> None:
         self.number = number
+        self.kept = kept  # processes carried over from the previous generation
         self.plan_seconds = plan_seconds
         self.restart_count = restart_count
         self.master_port = master_port

@@ -52,8 +52,11 @@ def version() -> None:
 
 @fault_app.command("inject")
 def inject(
-    kind: Annotated[messages.InjectionKind, typer.Argument(help="crash (SIGKILL), hang "
-                                                           "(SIGSTOP) or exception.")],
+    kind: Annotated[messages.InjectionKind, typer.Argument(help=(
+        "crash (SIGKILL), hang (SIGSTOP), exception (in the step), memory-error (simulated "
+        "device memory error 80E01801, retried in place), link-error (the rank's connections "
+        "drop mid-step) or device-error (simulated device fault 80E3A201, which takes the "
+        "device out of use)."))],
     rank: Annotated[int, typer.Option(help="The rank to hit.")],
     at_step: Annotated[int | None, typer.Option(help="At the start of this step (needs "
                                                 "trainguard.train in the script).")] = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import logging
 import os
@@ -32,6 +33,7 @@ from trainguard.cli import console as console_output
 from trainguard.cli import settings_flags, torchrun_flags
 from trainguard.controller import policy
 from trainguard.detect import heartbeat
+from trainguard.faults import replicas
 from trainguard.ipc import messages
 
 __all__ = ["DEFAULT_RUN_ROOT", "UsageError", "build_settings", "main", "parser"]
@@ -52,6 +54,9 @@ GROUPS = (
          "master_port", "max_restarts", "monitor_interval", "shutdown_timeout", "output",
          "fault_plan"})),
 )
+
+
+_KINDS = ", ".join(kind.value for kind in messages.InjectionKind)
 
 
 class UsageError(ValueError):
@@ -96,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
     ours.add_argument("--inject", dest="own__inject", metavar="KIND:RANK:STEP,...",
                       default=os.environ.get("TRAINGUARD_INJECT", ""),
                       help="Faults to inject, for demonstrations and tests: KIND:RANK:STEP[,...] "
-                           "with KIND crash, hang or exception. [env TRAINGUARD_INJECT]")
+                           f"with KIND one of {_KINDS}. [env TRAINGUARD_INJECT]")
     result.add_argument("training_script", help="The script (or module, or program) to run.")
     result.add_argument("training_script_args", nargs=argparse.REMAINDER,
                         help="Arguments for the script.")
@@ -140,8 +145,8 @@ def _fault_plan(text: str) -> tuple[fault_injection.PlannedFault, ...]:
                 messages.InjectionKind(kind), int(rank), int(step)))
         except ValueError:
             raise UsageError(
-                f"--inject: {part!r} is not KIND:RANK:STEP with KIND one of crash, hang, "
-                "exception") from None
+                f"--inject: {part!r} is not KIND:RANK:STEP with KIND one of {_KINDS}"
+            ) from None
     return tuple(plan)
 
 
@@ -221,11 +226,27 @@ def build_settings(arguments: argparse.Namespace) -> launcher.RunSettings:
         settings: launcher.RunSettings = groups["run"].build(
             values, agent=agent, heartbeat=groups["heartbeat"].build(values),
             checkpoint=groups["checkpoint"].build(values),
-            recovery=groups["recovery"].build(values, max_restarts=arguments.max_restarts),
+            recovery=_recovery(groups["recovery"], values, agent, arguments.max_restarts),
             signals=_signals(arguments.signals_to_handle))
     except settings_flags.SettingsError as error:
         raise UsageError(str(error)) from error
     return settings
+
+
+def _recovery(group: settings_flags.SettingsGroup, values: dict[str, Any],
+              agent: node_agent.AgentSettings, max_restarts: int) -> policy.RecoverySettings:
+    """The recovery settings, their strategies fitted to the job: defaults that cannot work
+    here are dropped; a list the user gave that cannot work is refused."""
+    recovery: policy.RecoverySettings = group.build(values, max_restarts=max_restarts)
+    explicit = (values.get(f"{group.key}__recover_strategy") is not None
+                or group.envvar("recover_strategy") in os.environ)
+    layout = replicas.ReplicaLayout(agent.nproc_per_node, agent.dp_size or agent.nproc_per_node)
+    try:
+        strategies = policy.fit_to_job(recovery.recover_strategy, layout=layout,
+                                       spares=agent.spare_devices, explicit=explicit)
+    except ValueError as error:
+        raise settings_flags.SettingsError(str(error)) from error
+    return dataclasses.replace(recovery, recover_strategy=strategies)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
-from trainguard.faults import process
+from trainguard.faults import process, replicas
 from trainguard.ipc import messages
 
 __all__ = ["AgentHandle", "GenerationHandle", "RestoreView", "WorkerView"]
@@ -21,6 +21,14 @@ class WorkerView(Protocol):
     def stopping(self) -> bool: ...
     @property
     def exited_at(self) -> float | None: ...
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def in_process(self) -> bool:
+        """It trains under Session.run: it can leave a generation and join the next."""
+        ...
+    @property
+    def left(self) -> messages.LeftGeneration | None: ...
 
     def excerpt(self) -> str:
         """The worker's error: its error file or the end of its stderr."""
@@ -34,6 +42,10 @@ class RestoreView(Protocol):
     def step(self) -> int: ...
     @property
     def note(self) -> str: ...
+    @property
+    def label(self) -> str:
+        """Where the state comes from, for people (``memory and peers``)."""
+        ...
 
 
 class GenerationHandle(Protocol):
@@ -43,6 +55,10 @@ class GenerationHandle(Protocol):
     def master_port(self) -> int: ...
     @property
     def started_at(self) -> float: ...
+    @property
+    def kept(self) -> int:
+        """Processes carried over from the previous generation."""
+        ...
     @property
     def restore(self) -> RestoreView: ...
     @property
@@ -62,7 +78,25 @@ class GenerationHandle(Protocol):
 
 
 class AgentHandle(Protocol):
+    @property
+    def spares_left(self) -> int: ...
+    @property
+    def layout(self) -> replicas.ReplicaLayout: ...
+
     async def start_generation(self, number: int, *, restart_count: int) -> GenerationHandle: ...
+
+    async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
+                      to_spares: bool) -> GenerationHandle:
+        """Form the next generation from the survivors and new processes for ``replace``.
+
+        Raises:
+            RecoveryError (of the agent): it could not be formed.
+        """
+        ...
+
+    async def dump(self, *, failed: Collection[int]) -> int | None:
+        """Save the newest state the healthy replicas hold; returns its step."""
+        ...
 
     async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
         """Give healthy ranks up to ``timeout`` seconds to commit the snapshot the failed rank

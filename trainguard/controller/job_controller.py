@@ -31,6 +31,15 @@ class FaultRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Recovery:
+    """A recovery under way: the fault it answers (index in the job's faults), how, since when."""
+
+    index: int
+    strategy: policy.Strategy
+    decided_at: float
+
+
+@dataclasses.dataclass(frozen=True)
 class JobResult:
     outcome: events.JobOutcome
     reason: str
@@ -75,26 +84,15 @@ class JobController:
 
     async def run(self) -> JobResult:
         started = self._clock.monotonic()
+        if self._stop.is_set():
+            return await self._finish(events.JobOutcome.STOPPED, self._stop_reason,
+                                      self._stop_exit_code, 0, started)
         number = 0
-        recovering: int | None = None  # index in self._faults of the fault being recovered
+        generation = await self._agent.start_generation(number, restart_count=0)
+        self._started(generation)
+        recovering: _Recovery | None = None
         while True:
-            if self._stop.is_set():
-                return await self._finish(events.JobOutcome.STOPPED, self._stop_reason,
-                                          self._stop_exit_code, number, started)
-            generation = await self._agent.start_generation(
-                number, restart_count=self._restarts_used)
-            self._record(events.GenerationStarted(
-                job=self._job, generation=number, world_size=self._world_size,
-                master_port=generation.master_port, restart_count=self._restarts_used,
-                restore_source=str(generation.restore.source),
-                restore_step=generation.restore.step, plan_seconds=generation.plan_seconds))
-            self._publish("running" if recovering is None else "recovering", generation)
-            watcher = None
-            if recovering is not None:
-                watcher = asyncio.create_task(self._measure_recovery(generation, recovering))
-            outcome = await self._outcome(generation)
-            if watcher is not None and not watcher.done():
-                watcher.cancel()
+            outcome, missed = await self._watch(generation, recovering)
             self._note_progress(generation)
             if outcome is None or outcome.kind is process.OutcomeKind.STOP_REQUESTED:
                 await self._agent.graceful_stop()
@@ -114,72 +112,184 @@ class JobController:
                 await self._agent.flush_checkpoints()
                 return await self._finish(events.JobOutcome.FAILED, outcome.detail, 1,
                                           number + 1, started)
-            assert outcome.fault is not None
-            decision, errors = await self._handle_fault(generation, outcome.fault)
-            if decision.strategy is policy.Strategy.FAIL:
+            failed_strategy = None
+            if recovering is not None and recovering.strategy in policy.IN_PROCESS:
+                # A fault, or the deadline, before every rank stepped: that strategy failed.
+                failed_strategy = recovering.strategy
+                reason = (f"not every rank stepping within {self.settings.recover_timeout:g} s"
+                          if missed else f"a new fault before every rank stepped: "
+                          f"{outcome.fault.describe() if outcome.fault else outcome.detail}")
+                self._record(events.RecoveryFailed(
+                    job=self._job, generation=generation.number,
+                    fault_rank=self._faults[recovering.index].fault.rank,
+                    strategy=str(recovering.strategy), reason=reason,
+                    seconds=self._clock.monotonic() - recovering.decided_at))
+            if outcome.fault is not None:
+                result = await self._handle_fault(generation, outcome.fault, new=True,
+                                                  after=failed_strategy, number=number + 1)
+            else:  # the deadline: the same fault, one strategy further down the chain
+                assert recovering is not None
+                result = await self._handle_fault(
+                    generation, self._faults[recovering.index].fault, new=False,
+                    after=failed_strategy, number=number + 1)
+            if isinstance(result, str):
                 await self._agent.flush_checkpoints()
-                return await self._finish(events.JobOutcome.FAILED, decision.reason, 1,
-                                          number + 1, started, errors=errors)
-            self._restarts_used += 1
-            number += 1
-            recovering = len(self._faults) - 1
+                reason = self._faults[-1].decision.reason
+                return await self._finish(events.JobOutcome.FAILED, reason, 1, number + 1,
+                                          started, errors=result)
+            generation, recovering = result
+            number = generation.number
 
-    async def _outcome(self, generation: api.GenerationHandle
-                       ) -> process.GenerationOutcome | None:
-        """The generation's outcome, or None if a stop was requested first."""
+    async def _watch(self, generation: api.GenerationHandle, recovering: _Recovery | None
+                     ) -> tuple[process.GenerationOutcome | None, bool]:
+        """The generation's outcome (None if a stop was requested first), and whether an
+        in-process recovery missed its deadline (the outcome is then a fault with no fault)."""
         stop = asyncio.create_task(self._stop.wait())
+        watcher = None
         waiting: list[asyncio.Future[Any]] = [generation.outcome, stop]
+        if recovering is not None:
+            watcher = asyncio.create_task(self._measure_recovery(generation, recovering))
+            if recovering.strategy in policy.IN_PROCESS:
+                waiting.append(watcher)
         try:
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                timeout = None
+                if recovering is not None and watcher in waiting:
+                    timeout = max(0.0, recovering.decided_at + self.settings.recover_timeout
+                                  - self._clock.monotonic())
+                done, _ = await asyncio.wait(waiting, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if self._stop.is_set():
+                    return None, False
+                if generation.outcome.done():
+                    return generation.outcome.result(), False
+                if watcher is not None and watcher in done:
+                    waiting.remove(watcher)  # recovered: watch the generation as any other
+                    continue
+                if not done:  # the deadline passed before every rank stepped
+                    return process.GenerationOutcome(process.OutcomeKind.FAULT), True
         finally:
-            stop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await stop
-        if self._stop.is_set():
-            return None
-        return generation.outcome.result()
+            for task in (stop, watcher):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
-    async def _handle_fault(self, generation: api.GenerationHandle, fault: process.ProcessFault
-                            ) -> tuple[policy.Decision, str]:
-        if policy.may_be_crash_loop(self.settings, self._context(generation, fault)):
-            await self._agent.settle(timeout=self.settings.crash_loop_settle)
-        await self._agent.complete_snapshots(failed_rank=fault.rank,
-                                             timeout=self.settings.snapshot_grace)
-        await self._agent.stop_workers()
-        fault = dataclasses.replace(fault, error_excerpt=generation.workers[fault.rank].excerpt())
-        others = [
-            process.ProcessFault(rank=w.rank, pid=0, kind=process.ProcessFaultKind.EXITED,
-                                 detected_at=w.exited_at or fault.detected_at,
-                                 returncode=w.returncode, error_excerpt=w.excerpt())
-            for w in self._failed_by_themselves(generation, fault) if w.rank != fault.rank
-        ]
-        context = self._context(generation, fault, others=others)
-        self._record(events.FaultDetected.of(job=self._job, generation=generation.number,
-                                             fault=fault))
-        decision = policy.decide(self.settings, context)
-        self._faults.append(FaultRecord(fault, generation.number, decision))
-        self._record(events.DecisionMade(
-            job=self._job, generation=generation.number, strategy=str(decision.strategy),
-            reason=decision.reason, restarts_left=context.restarts_left
-            - (decision.strategy is policy.Strategy.EXIT)))
-        return decision, self._errors(generation, fault)
+    async def _handle_fault(self, generation: api.GenerationHandle, fault: process.ProcessFault,
+                            *, new: bool, after: policy.Strategy | None, number: int
+                            ) -> tuple[api.GenerationHandle, _Recovery] | str:
+        """Decide and carry out the recovery of a ``new`` fault (or of the last one again,
+        after ``after`` failed), falling down the chain when a strategy cannot be carried out;
+        returns the next generation, or the workers' errors when the job fails."""
+        first, spent = new, not new
+        if new:
+            if policy.may_be_crash_loop(self.settings, self._context(generation, fault)):
+                await self._agent.settle(timeout=self.settings.crash_loop_settle)
+            await self._agent.complete_snapshots(failed_rank=fault.rank,
+                                                 timeout=self.settings.snapshot_grace)
+            fault = dataclasses.replace(fault,
+                                        error_excerpt=generation.workers[fault.rank].excerpt())
+            self._record(events.FaultDetected.of(job=self._job, generation=generation.number,
+                                                 fault=fault))
+        others = self._others(generation, fault)
+        while True:
+            context = self._context(generation, fault, others=others, spent=spent)
+            decision = policy.decide(self.settings, context, after=after)
+            decided_at = self._clock.monotonic()
+            if not spent and decision.strategy is not policy.Strategy.FAIL:
+                self._restarts_used += 1
+                spent = True
+            if first:
+                self._faults.append(FaultRecord(fault, generation.number, decision))
+                first = False
+            else:
+                index = len(self._faults) - 1
+                self._faults[index] = dataclasses.replace(self._faults[index], decision=decision)
+            self._record(events.DecisionMade(
+                job=self._job, generation=generation.number, strategy=str(decision.strategy),
+                reason=decision.reason,
+                restarts_left=self.settings.max_restarts - self._restarts_used))
+            strategy = decision.strategy
+            index = len(self._faults) - 1
+            failed = sorted({f.rank for f in context.failed})
+            if strategy is policy.Strategy.FAIL:
+                await self._agent.stop_workers()
+                return self._errors(generation, fault)
+            if strategy in policy.IN_PROCESS:
+                replace = () if strategy is policy.Strategy.RETRY else failed
+                try:
+                    formed = await self._agent.recover(
+                        number, restart_count=self._restarts_used, replace=replace,
+                        to_spares=strategy is policy.Strategy.RECOVER)
+                except process.RecoveryError as error:
+                    self._record(events.RecoveryFailed(
+                        job=self._job, generation=generation.number, fault_rank=fault.rank,
+                        strategy=str(strategy), reason=str(error),
+                        seconds=self._clock.monotonic() - decided_at))
+                    after = strategy
+                    continue
+            elif strategy is policy.Strategy.DUMP:
+                step = await self._agent.dump(failed=failed)
+                logger.info("dying checkpoint: %s", f"step {step} saved to disk"
+                            if step is not None else "nothing newer to save")
+                after = strategy
+                continue
+            else:
+                await self._agent.stop_workers()
+                formed = await self._agent.start_generation(number,
+                                                         restart_count=self._restarts_used)
+            self._started(formed)
+            return formed, _Recovery(index, strategy, decided_at)
+
+    def _started(self, generation: api.GenerationHandle) -> None:
+        self._record(events.GenerationStarted(
+            job=self._job, generation=generation.number, world_size=self._world_size,
+            master_port=generation.master_port, restart_count=self._restarts_used,
+            restore_source=generation.restore.label,
+            restore_step=generation.restore.step, plan_seconds=generation.plan_seconds,
+            kept_processes=generation.kept))
+        self._publish("running" if generation.number == 0 else "recovering", generation)
 
     def _context(self, generation: api.GenerationHandle, fault: process.ProcessFault, *,
-                 others: list[process.ProcessFault] | None = None) -> policy.FaultContext:
-        """What the policy looks at; ``others``: the other ranks that failed by themselves."""
+                 others: list[process.ProcessFault] | None = None,
+                 spent: bool = False) -> policy.FaultContext:
+        """What the policy looks at; ``others``: the other ranks that failed by themselves;
+        ``spent``: this fault's retry is already counted."""
+        workers = generation.workers.values()
         return policy.FaultContext(
             fault=fault, age=fault.detected_at - generation.started_at,
             progressed=generation.completed_step is not None, world_size=self._world_size,
             failed=[*(others or []), fault],
-            restarts_left=self.settings.max_restarts - self._restarts_used)
+            restarts_left=self.settings.max_restarts - self._restarts_used + spent,
+            in_process=all(w.in_process for w in workers),
+            alive=[w.rank for w in workers if w.alive],
+            spares_left=self._agent.spares_left, layout=self._agent.layout)
+
+    def _others(self, generation: api.GenerationHandle, fault: process.ProcessFault
+                ) -> list[process.ProcessFault]:
+        """The other ranks that failed by themselves, as faults."""
+        return [
+            process.ProcessFault(
+                rank=w.rank, pid=0, kind=process.ProcessFaultKind.EXITED if not w.alive
+                else process.ProcessFaultKind.RAISED,
+                detected_at=w.exited_at or fault.detected_at, returncode=w.returncode,
+                error_excerpt=w.excerpt(), code=w.left.code if w.left else "", alive=w.alive)
+            for w in self._failed_by_themselves(generation, fault) if w.rank != fault.rank
+        ]
 
     @staticmethod
     def _failed_by_themselves(generation: api.GenerationHandle, fault: process.ProcessFault
                               ) -> list[api.WorkerView]:
-        """Workers that exited with an error without the agent ending them (the fault's rank
-        always counts, even when the agent ended it: a hung rank)."""
-        return [w for w in generation.workers.values()
-                if w.returncode not in (None, 0) and (not w.stopping or w.rank == fault.rank)]
+        """Workers that exited with an error without the agent ending them, or left their
+        generation with an error of their own (the fault's rank always counts, even when the
+        agent ended it: a hung rank)."""
+        def failed(w: api.WorkerView) -> bool:
+            if w.rank == fault.rank:
+                return True
+            if w.left is not None and w.alive:
+                return bool(w.left.error) and not process.lost_a_peer(w.left.error)
+            return w.returncode not in (None, 0) and not w.stopping
+        return [w for w in generation.workers.values() if failed(w)]
 
     def _errors(self, generation: api.GenerationHandle, fault: process.ProcessFault) -> str:
         """Every failed rank's error, the root cause (earliest failure) first."""
@@ -194,17 +304,19 @@ class JobController:
             parts.append(f"[{title}] rank {worker.rank}: {code}\n{indented}")
         return "\n".join(parts)
 
-    async def _measure_recovery(self, generation: api.GenerationHandle, index: int) -> None:
+    async def _measure_recovery(self, generation: api.GenerationHandle,
+                                recovering: _Recovery) -> None:
+        index = recovering.index
         fault = self._faults[index].fault
         stepping_at = await generation.all_stepping
         origin = fault.occurred_at if fault.occurred_at is not None else fault.detected_at
         restore = generation.restore
         recovery = events.RecoveryCompleted(
             job=self._job, generation=generation.number, fault_rank=fault.rank,
-            strategy=str(policy.Strategy.EXIT), detect_seconds=fault.detect_seconds,
+            strategy=str(recovering.strategy), detect_seconds=fault.detect_seconds,
             recover_seconds=max(0.0, stepping_at - origin),
             steps_lost=max(0, self._resume_step - restore.step),
-            restore_source=str(restore.source), restore_step=restore.step)
+            restore_source=restore.label, restore_step=restore.step)
         self._record(recovery)
         self._faults[index] = dataclasses.replace(self._faults[index], recovery=recovery)
         self._publish("running", generation)

@@ -1,12 +1,26 @@
-"""What to do about a process fault (SPEC D7, H2, H12, I3): a pure function of what was seen.
+"""What to do about a fault (SPEC H1, H4, H5, R5, D7, H12): a pure function of what was seen.
 
-Unknown process failures are retried unconditionally while the job's retry budget
-(``--max-restarts``, the original's ``fault-retry-times``) lasts, with a job-level restart; every
-recovery spends one retry. When every rank fails within a few seconds of a (re)start, before any
-step completed, the job has a problem no restart will fix (a crash loop): it fails at once, with
-the workers' errors, instead of burning the budget. A rank killed with SIGKILL or found hung is
-never taken for a crash loop: those come from outside the script; nor is a rank whose error says
-that a peer went away: its failure was caused by another's.
+The strategies are the original's, finest first (NOTES §4.2-4.3):
+
+* ``retry``: every process stays; every rank rolls back to the newest state all ranks have and
+  redoes the step. For transient faults only: the device memory error 80E01801, or a collective
+  that failed while every rank is alive.
+* ``recover-in-place``: only the failed processes are restarted, on their devices; the others
+  keep their processes and rejoin. For process faults and device faults that allow it
+  (RestartRequest, RestartBusiness).
+* ``recover``: the failed ranks move to spare devices; their state comes from a data-parallel
+  replica (the failed device's memory is not trusted).
+* ``dump``: the healthy replicas save the newest state to disk (the failed ranks' from their
+  replicas), then ``exit``.
+* ``exit``: job-level restart of every process: the floor, which always works.
+
+The first strategy that is enabled and fits the fault is tried; when it fails or misses its
+deadline, the next that fits after it (the original's fallback chain). Every recovery spends
+one retry of the job's budget (``--max-restarts``, the original's ``fault-retry-times``). When
+every rank fails within a few seconds of a (re)start, before any step completed, the job has a
+problem no restart will fix (a crash loop): it fails at once, with the workers' errors. A rank
+killed with SIGKILL or found hung is never taken for a crash loop (those come from outside the
+script); nor is a rank whose error says that a peer went away.
 """
 
 from __future__ import annotations
@@ -14,17 +28,89 @@ from __future__ import annotations
 import dataclasses
 import enum
 import signal
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from trainguard.faults import process
+from trainguard.faults import process, replicas
 
-__all__ = ["Decision", "FaultContext", "RecoverySettings", "Strategy", "decide",
-           "may_be_crash_loop"]
+__all__ = ["CHAIN", "DEFAULT_STRATEGIES", "Decision", "FaultContext", "RecoverySettings",
+           "Strategy", "decide", "fit_to_job", "may_be_crash_loop", "parse_strategies"]
 
 
 class Strategy(enum.StrEnum):
-    EXIT = "exit"  # job-level restart: every worker stops and all start again (the original's name)
+    RETRY = "retry"
+    RECOVER_IN_PLACE = "recover-in-place"
+    RECOVER = "recover"
+    DUMP = "dump"
+    EXIT = "exit"  # job-level restart: every worker stops and all start again
     FAIL = "fail"  # nothing more to try: the job ends
+
+
+CHAIN = (Strategy.RETRY, Strategy.RECOVER_IN_PLACE, Strategy.RECOVER, Strategy.DUMP,
+         Strategy.EXIT)
+"""The order the strategies are tried in (the original's sort priority)."""
+IN_PROCESS = frozenset({Strategy.RETRY, Strategy.RECOVER_IN_PLACE, Strategy.RECOVER})
+"""Strategies in which processes survive: the training script must run under Session.run."""
+DEFAULT_STRATEGIES = (Strategy.RETRY, Strategy.RECOVER_IN_PLACE, Strategy.RECOVER,
+                      Strategy.EXIT)
+"""Dump is left out by default: it writes to disk before the job-level restart, which pays off
+only when the restart cannot use the healthy replicas' memory (the original enables it per
+job too)."""
+
+
+def parse_strategies(text: str) -> tuple[Strategy, ...]:
+    """``"retry,recover-in-place"`` -> the strategies in chain order, ``exit`` appended.
+
+    Raises:
+        ValueError: a name that is not a strategy.
+    """
+    chosen = set()
+    for name in (part.strip() for part in text.split(",")):
+        if not name:
+            continue
+        try:
+            strategy = Strategy(name)
+        except ValueError:
+            known = ", ".join(str(s) for s in CHAIN)
+            raise ValueError(f"recover-strategy: {name!r} is not a strategy (known: {known})"
+                             ) from None
+        if strategy is Strategy.FAIL:
+            raise ValueError("recover-strategy: 'fail' is not a strategy one can enable")
+        chosen.add(strategy)
+    chosen.add(Strategy.EXIT)
+    return tuple(s for s in CHAIN if s in chosen)
+
+
+def fit_to_job(strategies: Sequence[Strategy], *, layout: replicas.ReplicaLayout, spares: int,
+               explicit: bool) -> tuple[Strategy, ...]:
+    """The strategies that can work for this job. The defaults are trimmed to those; a list
+    the user gave that names one that cannot work is refused.
+
+    Raises:
+        ValueError: an explicit strategy that cannot work here, and why.
+    """
+    problems = {}
+    if spares < 1:
+        problems[Strategy.RECOVER] = "recover moves failed ranks to spare devices, and the job " \
+            "has none (--spare-devices)"
+    elif layout.dp_size < 2:
+        problems[Strategy.RECOVER] = "recover loads the moved ranks' state from a data-parallel " \
+            "replica, and the job has none (--dp-size 1)"
+    if layout.dp_size < 2:
+        problems[Strategy.DUMP] = "dump saves the failed ranks' state from their data-parallel " \
+            "replicas, and the job has none (--dp-size 1)"
+    refused = [s for s in strategies if s in problems]
+    if explicit and refused:
+        raise ValueError("recover-strategy: " + "; ".join(problems[s] for s in refused))
+    return tuple(s for s in strategies if s not in problems)
+
+
+_WHAT = {
+    Strategy.RETRY: "redo the step on every rank",
+    Strategy.RECOVER_IN_PLACE: "restart the failed processes in place",
+    Strategy.RECOVER: "move the failed ranks to spare devices",
+    Strategy.DUMP: "save the newest state from the healthy replicas, then restart the job",
+    Strategy.EXIT: "job-level restart",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +125,13 @@ class RecoverySettings:
     snapshot_grace: float = 2.0
     """Seconds healthy ranks get to finish the snapshot a failed rank already committed,
     before they are stopped (>= 0); usually they need milliseconds."""
+    recover_strategy: tuple[Strategy, ...] = DEFAULT_STRATEGIES
+    """Strategies the job may use, from retry, recover-in-place, recover, dump (exit, the
+    job-level restart, is always added); each fault gets the first that fits, then the next
+    when it fails. Default: all but dump that can work for the job."""
+    recover_timeout: float = 30.0
+    """Seconds a process-level recovery (retry, recover-in-place, recover) may take, from the
+    decision to every rank stepping again, before the next strategy is tried (> 0)."""
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
@@ -47,6 +140,10 @@ class RecoverySettings:
             if not getattr(self, name) >= 0:  # NaN fails this too
                 flag = name.replace("_", "-")
                 raise ValueError(f"{flag} must be >= 0 seconds, got {getattr(self, name)}")
+        if not self.recover_timeout > 0:
+            raise ValueError(f"recover-timeout must be > 0 seconds, got {self.recover_timeout}")
+        object.__setattr__(self, "recover_strategy", parse_strategies(
+            ",".join(str(strategy) for strategy in self.recover_strategy)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +156,10 @@ class FaultContext:
     world_size: int
     failed: Sequence[process.ProcessFault]  # every rank that failed by itself, the fault included
     restarts_left: int
+    in_process: bool = False  # every live worker runs under Session.run
+    alive: Collection[int] = ()  # ranks whose process is still there
+    spares_left: int = 0
+    layout: replicas.ReplicaLayout | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +172,41 @@ def may_be_crash_loop(settings: RecoverySettings, context: FaultContext) -> bool
     """Worth waiting for the other ranks before deciding: early, no progress, from the script."""
     fault = context.fault
     return (context.age <= settings.crash_loop_window and not context.progressed
-            and fault.kind is not process.ProcessFaultKind.HUNG
-            and fault.returncode != -signal.SIGKILL)
+            and fault.kind not in (process.ProcessFaultKind.HUNG,
+                                   process.ProcessFaultKind.COMMUNICATION)
+            and fault.returncode != -signal.SIGKILL and not fault.alive)
 
 
-def decide(settings: RecoverySettings, context: FaultContext) -> Decision:
+def _why_not(strategy: Strategy, context: FaultContext) -> str | None:
+    """Why ``strategy`` does not fit the fault; None when it does."""
+    failed = {f.rank for f in context.failed}
+    if strategy in IN_PROCESS and not context.in_process:
+        return "the training script does not run under Session.run"
+    if strategy is Strategy.RETRY:
+        if not all(f.retryable for f in context.failed):
+            return "not every fault is transient"
+        if len(context.alive) < context.world_size:
+            return "a process is gone"
+    elif strategy is Strategy.RECOVER_IN_PLACE:
+        if not all(f.in_place for f in context.failed):
+            return "a device fault's level does not allow restarting in place"
+    elif strategy in (Strategy.RECOVER, Strategy.DUMP):
+        if strategy is Strategy.RECOVER and context.spares_left < len(failed):
+            return f"{context.spares_left} spare devices for {len(failed)} failed ranks"
+        layout = context.layout
+        healthy = set(context.alive) - failed
+        if layout is None or any(layout.donor(rank, healthy) is None for rank in failed):
+            return "a failed rank has no healthy data-parallel replica"
+    return None
+
+
+def decide(settings: RecoverySettings, context: FaultContext, *,
+           after: Strategy | None = None) -> Decision:
+    """The strategy for ``context``'s fault; ``after``: the strategy that just failed for it.
+
+    The crash-loop and budget checks come first; then the first enabled strategy that fits,
+    after ``after`` in the chain.
+    """
     # A rank that failed because a peer vanished did not fail on its own.
     independent = [f for f in context.failed if not process.lost_a_peer(f.error_excerpt)]
     if may_be_crash_loop(settings, context) and len(independent) >= context.world_size:
@@ -86,4 +217,16 @@ def decide(settings: RecoverySettings, context: FaultContext) -> Decision:
         return Decision(Strategy.FAIL, (
             f"retry budget exhausted (max-restarts {settings.max_restarts}); "
             f"last fault: {context.fault.describe()}"))
-    return Decision(Strategy.EXIT, f"{context.fault.kind} process: job-level restart")
+    start = CHAIN.index(after) + 1 if after is not None else 0
+    passed: list[str] = []
+    for strategy in CHAIN[start:]:
+        if strategy not in settings.recover_strategy:
+            continue
+        if strategy in IN_PROCESS and not context.in_process:
+            continue  # a plain script: processes never survive, nothing to explain
+        reason = _why_not(strategy, context)
+        if reason is None:
+            skipped = f" ({'; '.join(passed)})" if passed else ""
+            return Decision(strategy, f"{context.fault.kind} process: {_WHAT[strategy]}{skipped}")
+        passed.append(f"not {strategy}: {reason}")
+    raise AssertionError("exit always fits")  # pragma: no cover - exit has no condition

@@ -45,8 +45,6 @@ def parameters_digest(model: nn.Module) -> str:
 def main() -> None:
     args = _arguments()
     torch.manual_seed(args.seed)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     width = args.width
     model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
                           nn.Linear(width, width))
@@ -54,29 +52,40 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     session = trainguard.train.Session()
     state = {"model": model, "optimizer": optimizer}
-    start = session.restore(state)
-    ddp = DistributedDataParallel(model)
-    # DDP lays its gradient buckets out anew after the first backward of every process. With
-    # more than two ranks the layout decides the order in which gloo sums each gradient, so the
-    # first step after a restart would round differently from the same step of a run that never
-    # stopped. One backward of a zero loss settles the layout before the first real step.
-    (ddp(torch.zeros(1, width)).sum() * 0).backward()
-    optimizer.zero_grad()
-    loss = torch.zeros(())
-    for step in range(start, args.steps):
-        with session.step(step):
-            generator = torch.Generator().manual_seed(
-                (args.seed * 1_000_003 + step) * 1009 + rank)
-            inputs = torch.randn(args.batch, width, generator=generator)
-            loss = nn.functional.mse_loss(ddp(inputs), inputs @ target)
-            optimizer.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-        if (step + 1) % args.checkpoint_every == 0 or step + 1 == args.steps:
-            session.checkpoint(state, step=step + 1)
-        if rank == 0 and step % 50 == 0:
-            print(f"step {step} loss {loss.item():.5f}", flush=True)
+
+    def train() -> None:
+        """One generation: a new process group, the newest state, training until done."""
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        start = session.restore(state)
+        ddp = DistributedDataParallel(model)
+        # DDP lays its gradient buckets out anew after the first backward of every process.
+        # With more than two ranks the layout decides the order in which gloo sums each
+        # gradient, so the first step after a restart would round differently from the same
+        # step of a run that never stopped. One backward of a zero loss settles the layout
+        # before the first real step.
+        (ddp(torch.zeros(1, width)).sum() * 0).backward()
+        optimizer.zero_grad()
+        loss = torch.zeros(())
+        for step in range(start, args.steps):
+            with session.step(step):
+                generator = torch.Generator().manual_seed(
+                    (args.seed * 1_000_003 + step) * 1009 + rank)
+                inputs = torch.randn(args.batch, width, generator=generator)
+                loss = nn.functional.mse_loss(ddp(inputs), inputs @ target)
+                optimizer.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                optimizer.step()
+            if (step + 1) % args.checkpoint_every == 0 or step + 1 == args.steps:
+                session.checkpoint(state, step=step + 1)
+            if rank == 0 and step % 50 == 0:
+                print(f"step {step} loss {loss.item():.5f}", flush=True)
+
+    # Faults inside a step do not end this process: the session leaves the generation and
+    # calls train() again in the next one (retry, recover-in-place), or the agent replaces it.
+    session.run(train)
     session.close()  # the work is done: a hang in the teardown below no longer matters
+    rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         digest = parameters_digest(model)
         print(f"final parameters sha256 {digest} after {args.steps} steps on {world} ranks")

@@ -23,6 +23,7 @@ __all__ = [
     "JobFinished",
     "JobOutcome",
     "RecoveryCompleted",
+    "RecoveryFailed",
 ]
 
 
@@ -57,12 +58,14 @@ class GenerationStarted(Event):
     restore_source: str  # where the ranks' state comes from: memory, disk or none
     restore_step: int
     plan_seconds: float  # choosing and verifying that state, before any rank started
+    kept_processes: int = 0  # ranks whose process carried on from the previous generation
 
     def summary(self) -> str:
         start = (f"state of step {self.restore_step} from {self.restore_source}"
                  if self.restore_source != "none" else "no saved state")
-        return (f"generation {self.generation}: {self.world_size} ranks, rendezvous on port "
-                f"{self.master_port}, {start} (chosen in {self.plan_seconds:.2f} s)")
+        kept = f", {self.kept_processes} processes kept" if self.kept_processes else ""
+        return (f"generation {self.generation}: {self.world_size} ranks{kept}, rendezvous on "
+                f"port {self.master_port}, {start} (chosen in {self.plan_seconds:.2f} s)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +83,7 @@ class FaultDetected(Event):
     detail: str
     error_excerpt: str
     description: str
+    code: str
 
     @classmethod
     def of(cls, *, job: str, generation: int, fault: process.ProcessFault) -> FaultDetected:
@@ -97,6 +101,7 @@ class FaultDetected(Event):
             detail=fault.detail,
             error_excerpt=fault.error_excerpt,
             description=fault.describe(),
+            code=fault.code,
         )
 
     def summary(self) -> str:
@@ -133,6 +138,21 @@ class RecoveryCompleted(Event):
         return (f"recovered: every rank stepping again {self.recover_seconds:.2f} s after the "
                 f"fault; state of step {self.restore_step} from {self.restore_source}; "
                 f"{self.steps_lost} completed steps lost")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryFailed(Event):
+    """An attempt at one strategy failed or missed its deadline; the next one is tried."""
+
+    KIND: ClassVar[str] = "recovery-failed"
+    generation: int
+    fault_rank: int
+    strategy: str
+    reason: str
+    seconds: float  # from the decision to the failure
+
+    def summary(self) -> str:
+        return f"{self.strategy} failed after {self.seconds:.2f} s: {self.reason}"
 
 
 @dataclasses.dataclass(frozen=True)

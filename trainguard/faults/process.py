@@ -6,11 +6,14 @@ import dataclasses
 import enum
 import signal
 
+from trainguard.faults import device_codes
+
 __all__ = [
     "GenerationOutcome",
     "OutcomeKind",
     "ProcessFault",
     "ProcessFaultKind",
+    "RecoveryError",
     "describe_returncode",
     "lost_a_peer",
 ]
@@ -20,7 +23,8 @@ class ProcessFaultKind(enum.StrEnum):
     EXITED = "exited"  # the process exited with a non-zero code (an uncaught exception: 1)
     SIGNALED = "signaled"  # the process was ended by a signal (SIGKILL, SIGSEGV, ...)
     HUNG = "hung"  # the process lives but missed its heartbeat deadline
-    RAISED = "raised"  # an uncaught exception, reported by the worker as it began to exit
+    RAISED = "raised"  # an exception in the step (uncaught, or caught by the step guard)
+    COMMUNICATION = "communication"  # a collective failed while every rank is alive
 
 
 _PEER_LOSS = (
@@ -65,6 +69,19 @@ class ProcessFault:
     injected: str | None = None  # the injected fault's kind, when it was injected
     detail: str = ""
     error_excerpt: str = ""
+    code: str = ""  # the device fault code, for a device fault
+    alive: bool = False  # the process is still there (it left its generation without exiting)
+
+    @property
+    def retryable(self) -> bool:
+        """Redoing the step may succeed: a transient device or link error (H5)."""
+        return (self.kind is ProcessFaultKind.COMMUNICATION
+                or self.code.upper() in device_codes.RETRYABLE_CODES)
+
+    @property
+    def in_place(self) -> bool:
+        """Restarting the process on its device may succeed (H4 recover-in-place)."""
+        return not self.code or device_codes.allows_in_place(self.code)
 
     @property
     def detect_seconds(self) -> float | None:
@@ -77,6 +94,8 @@ class ProcessFault:
             what = f"hung ({self.detail})" if self.detail else "hung"
         elif self.kind is ProcessFaultKind.RAISED:
             what = f"raised {self.detail}" if self.detail else "raised an exception"
+        elif self.kind is ProcessFaultKind.COMMUNICATION:
+            what = f"lost its collective ({self.detail})" if self.detail else "lost its collective"
         elif self.returncode is not None:
             what = f"failed with {describe_returncode(self.returncode)}"
         else:
@@ -84,6 +103,10 @@ class ProcessFault:
         where = f" at step {self.last_step}" if self.last_step is not None else ""
         cause = f" [injected {self.injected}]" if self.injected else ""
         return f"rank {self.rank} (pid {self.pid}) {what}{where}{cause}"
+
+
+class RecoveryError(RuntimeError):
+    """A process-level recovery could not be carried out; the message says what failed."""
 
 
 class OutcomeKind(enum.StrEnum):

@@ -20,6 +20,7 @@ import typing
 from typing import Any, ClassVar, Union
 
 __all__ = [
+    "Abort",
     "Activity",
     "ActivityKind",
     "ControlReply",
@@ -29,8 +30,11 @@ __all__ = [
     "InjectFault",
     "InjectRequest",
     "InjectionKind",
+    "LeftGeneration",
     "Message",
     "MessageError",
+    "RecoverySupported",
+    "Rejoin",
     "RequestFailed",
     "ReserveSlot",
     "RestorePlan",
@@ -69,6 +73,9 @@ class InjectionKind(enum.StrEnum):
     CRASH = "crash"  # SIGKILL: the process vanishes, as on a device or host loss
     HANG = "hang"  # SIGSTOP: the process stays but makes no progress
     EXCEPTION = "exception"  # a real Python exception raised in the training step
+    MEMORY_ERROR = "memory-error"  # a simulated device memory error (UCE 80E01801) in the step
+    LINK_ERROR = "link-error"  # the rank's links drop mid-step: its collectives fail, all live
+    DEVICE_ERROR = "device-error"  # a simulated device fault that takes the device out of use
 
 
 class StepPhase(enum.StrEnum):
@@ -86,6 +93,7 @@ class ActivityKind(enum.StrEnum):
 
 class RestoreSource(enum.StrEnum):
     MEMORY = "memory"
+    PEER = "peer"  # a healthy data-parallel replica sends it over torch.distributed
     DISK = "disk"
     NONE = "none"
 
@@ -160,6 +168,31 @@ class WorkerFailing(Message):
 
 
 @dataclasses.dataclass(frozen=True)
+class RecoverySupported(Message):
+    """The worker runs its training under ``Session.run``: it can leave a generation and join
+    the next without exiting (the original's ReportRecoverStrategy)."""
+
+    TYPE: ClassVar[str] = "recovery-supported"
+    strategies: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class LeftGeneration(Message):
+    """The worker left its generation: its communicator is cut and it waits for :class:`Rejoin`.
+
+    ``error`` (with its traceback) is empty when it left because the agent said so
+    (:class:`Abort`); ``code`` is the device fault code when the error was a device fault.
+    """
+
+    TYPE: ClassVar[str] = "left"
+    generation: int
+    step: int | None
+    error: str
+    code: str
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Finished(Message):
     """The worker's session closed: its work is done and the process is about to exit."""
 
@@ -221,6 +254,8 @@ class RestorePlan(Message):
     next_slot: int
     slot_paths: list[str]
     note: str
+    peer: int | None = None  # source PEER: the rank that sends the state
+    send_to: list[int] = dataclasses.field(default_factory=list)  # ranks this one sends to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,6 +280,24 @@ class StopAt(Message):
 
     TYPE: ClassVar[str] = "stop-at"
     step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Abort(Message):
+    """Leave generation ``generation`` now: cut the communicator, roll back, wait for orders."""
+
+    TYPE: ClassVar[str] = "abort"
+    generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejoin(Message):
+    """Join generation ``generation``: a new process group at ``master_port``."""
+
+    TYPE: ClassVar[str] = "rejoin"
+    generation: int
+    master_port: int
+    restart_count: int
 
 
 # --- control client <-> agent ----------------------------------------------------------------
@@ -276,6 +329,8 @@ _TYPES: dict[str, type[Message]] = {
         SnapshotCommitted,
         FaultInjected,
         WorkerFailing,
+        RecoverySupported,
+        LeftGeneration,
         Finished,
         StopRequested,
         ReserveSlot,
@@ -285,6 +340,8 @@ _TYPES: dict[str, type[Message]] = {
         RequestFailed,
         InjectFault,
         StopAt,
+        Abort,
+        Rejoin,
         InjectRequest,
         ControlReply,
     )
@@ -320,6 +377,9 @@ def decode(line: bytes) -> Message:
     values: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         if field.name not in body:
+            if field.default is not dataclasses.MISSING or (
+                    field.default_factory is not dataclasses.MISSING):
+                continue  # an optional field, absent: its default
             raise MessageError(f"{cls.TYPE}: missing field {field.name!r}", field=field.name)
         values[field.name] = _check(cls.TYPE, field.name, hints[field.name], body.pop(field.name))
     if body:

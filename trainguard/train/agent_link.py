@@ -92,6 +92,11 @@ class AgentLink:
         with self._lock:
             self._changed.wait_for(lambda: not self._pending and not self._in_flight, timeout)
 
+    @property
+    def closed(self) -> bool:
+        """The agent closed the connection (it is gone, or it ended this worker's session)."""
+        return self._closed
+
     def next_request_id(self) -> int:
         return next(self._ids)
 

@@ -13,6 +13,26 @@ Typical use::
 Objects in ``state`` with ``state_dict()``/``load_state_dict()`` are saved and loaded through
 them; other values are saved as they are and put back into ``state`` by :meth:`Session.restore`.
 Random generator states are saved with every snapshot and restored with it.
+
+To survive faults without exiting (step retry, restarting only the failed ranks), put
+everything that belongs to one process group into a function and hand it to
+:meth:`Session.run`, which calls it once per generation this process takes part in::
+
+    def train() -> None:
+        dist.init_process_group("gloo")           # a new group every generation
+        ddp = DistributedDataParallel(model)
+        start = session.restore(state)            # after the group: a peer may send the state
+        for step in range(start, total_steps):
+            with session.step(step):              # the step guard
+                train_one_step(ddp, step)
+            session.checkpoint(state, step=step + 1)
+
+    session.run(train)
+
+An error inside a step then does not end the process: the rank cuts its communicator (which
+releases every peer blocked in a collective with it), tells the agent, and waits; the agent
+decides, and every rank that stays calls ``train`` again in the next generation, which restores
+the newest state every rank has and redoes the step.
 """
 
 from __future__ import annotations
@@ -25,13 +45,26 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Any
+import traceback
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
 from trainguard.ipc import messages
-from trainguard.train import agent_link, error_file, rng, snapshot
+from trainguard.train import agent_link, communicator, error_file, rng, snapshot
 
-__all__ = ["InjectedFaultError", "RestoreInfo", "Session", "SessionError"]
+__all__ = ["DeviceError", "GenerationAborted", "InjectedFaultError", "RestoreInfo", "Session",
+           "SessionError"]
+
+T = TypeVar("T")
+
+_SIMULATED_CODES = {
+    messages.InjectionKind.MEMORY_ERROR: ("80E01801", "uncorrectable device memory error"),
+    messages.InjectionKind.DEVICE_ERROR: ("80E3A201", "device fault that isolates the device"),
+}
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +75,22 @@ class SessionError(RuntimeError):
 
 class InjectedFaultError(RuntimeError):
     """The exception ``trainguard fault inject ... exception`` raises inside a training step."""
+
+
+class DeviceError(RuntimeError):
+    """A device fault with its fault code (hex, as the device reports it), raised in a step.
+
+    The code decides the handling: ``80E01801`` (uncorrectable memory error) is retried in
+    place; codes whose level isolates the device move the rank to a spare.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"device fault {code}: {message}")
+        self.code = code
+
+
+class GenerationAborted(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """This rank left its generation; :meth:`Session.run` catches it and joins the next."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +137,13 @@ class Session:
         self._tracked: Mapping[str, Any] | None = None
         self._saved_step: int | None = None
         self._closed = False
+        self._in_process = False  # training runs under run(): faults do not end the process
+        self._communicator: communicator.Communicator | None = None
+        self._aborting = threading.Event()  # the agent said: leave this generation
+        self._rejoin: messages.Rejoin | None = None  # under _lock
+        self._rejoined = threading.Condition(self._lock)
+        self._abandoned: list[object] = []  # left generations' objects, kept alive on purpose
+        self._left = False  # this rank has left its current generation
         try:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
@@ -101,11 +157,20 @@ class Session:
     # --- orders from the agent (reader thread) and from signals ------------------------------
 
     def _on_order(self, order: messages.Message) -> None:
+        if isinstance(order, messages.Abort):
+            if order.generation == self.generation and self._in_process:
+                self._aborting.set()
+                if self._communicator is not None:  # releases a collective the step waits in
+                    self._communicator.cut()
+            return
         with self._lock:
             if isinstance(order, messages.InjectFault):
                 self._injections.append(order)
             elif isinstance(order, messages.StopAt):
                 self._stop_at = order.step
+            elif isinstance(order, messages.Rejoin):
+                self._rejoin = order
+                self._rejoined.notify_all()
 
     def _on_uncaught(self, error: str) -> None:
         self._link.send_now(messages.WorkerFailing(error, time.monotonic()))
@@ -114,15 +179,85 @@ class Session:
         # The agent answers with the step at which every rank stops (StopAt).
         self._link.send_from_signal(messages.StopRequested(time.monotonic()))
 
+    # --- generations -------------------------------------------------------------------------
+
+    def run(self, train: Callable[[], T]) -> T:
+        """Call ``train`` once per generation this process takes part in; return its result.
+
+        ``train`` creates the process group (``init_process_group`` with the environment's
+        defaults: the session sets ``MASTER_PORT`` for each generation), restores, and trains.
+        When this rank leaves a generation (an error in a step, or the agent's order), ``run``
+        waits for the agent and calls ``train`` again; if the agent decides that this process
+        must go, it ends it.
+        """
+        self._in_process = True
+        self._link.send(messages.RecoverySupported(["retry", "recover-in-place", "recover"]))
+        while True:
+            self._communicator = communicator.Communicator()
+            try:
+                return train()
+            except GenerationAborted as aborted:
+                self._abandoned.append(aborted)  # its traceback holds the generation's objects
+            except Exception as error:  # outside a step: setting up, restoring, saving
+                if self._closed:
+                    raise
+                self._leave(None, error)
+                self._abandoned.append(error)
+            self._join_next()
+
+    def _leave(self, step: int | None, error: BaseException | None) -> None:
+        """Cut the communicator, drop the process group, tell the agent (once per generation)."""
+        if self._communicator is None or self._left:
+            return
+        self._communicator.cut()
+        self._left = True
+        self._abandoned.extend(_drop_process_group())
+        text = code = ""
+        if error is not None and not self._aborting.is_set():
+            text = "".join(traceback.format_exception(error))[-4000:]
+            code = getattr(error, "code", "") if isinstance(error, DeviceError) else ""
+            logger.warning("rank %d left generation %d at step %s: %s", self.rank,
+                           self.generation, step, error)
+        self._link.send_now(messages.LeftGeneration(self.generation, step, text, code,
+                                                    time.monotonic()))
+
+    def _join_next(self) -> None:
+        """Wait for the agent's Rejoin; the agent ends this process instead if it must go."""
+        with self._lock:
+            while self._rejoin is None or self._rejoin.generation <= self.generation:
+                if self._link.closed:
+                    raise SystemExit(f"rank {self.rank}: the agent went away")
+                self._rejoined.wait(1.0)
+            order = self._rejoin
+        self.generation = order.generation
+        os.environ.update({"MASTER_PORT": str(order.master_port),
+                           "TRAINGUARD_GENERATION": str(order.generation),
+                           "TORCHELASTIC_RESTART_COUNT": str(order.restart_count)})
+        self._aborting.clear()
+        self._left = False
+
     # --- the training loop -------------------------------------------------------------------
 
     @contextlib.contextmanager
     def step(self, step: int) -> Iterator[None]:
-        """Mark one training step: heartbeat, fault-injection point, place to stop."""
+        """Mark one training step: heartbeat, fault-injection point, place to stop.
+
+        Under :meth:`run`, it is also the step guard: an error inside the step makes this
+        rank leave the generation (raising :class:`GenerationAborted`) instead of the process.
+        """
         self._before_step(step)
         self._link.send(messages.StepMark(step, messages.StepPhase.BEGIN, time.monotonic()))
-        self._inject_due(step)
-        yield
+        try:
+            self._inject_due(step)
+            yield
+        except GenerationAborted:
+            raise
+        except Exception as error:
+            if not self._in_process:
+                raise
+            self._leave(step, error)
+            raise GenerationAborted(
+                f"rank {self.rank} left generation {self.generation} at step {step}") from error
         self._link.send(messages.StepMark(step, messages.StepPhase.END, time.monotonic()))
         stop_at = self._stop_at
         if stop_at is not None and step >= stop_at:
@@ -138,6 +273,10 @@ class Session:
             self._activity(messages.ActivityKind.USER, False)
 
     def _before_step(self, step: int) -> None:
+        if self._aborting.is_set():
+            self._leave(step, None)
+            raise GenerationAborted(f"rank {self.rank} left generation {self.generation} "
+                                    f"before step {step}, as the agent asked")
         stop_at = self._stop_at
         if stop_at is not None and step > stop_at:
             self._stop(resume_step=step)
@@ -158,6 +297,12 @@ class Session:
             os.kill(os.getpid(), signal.SIGKILL)
         elif kind is messages.InjectionKind.HANG:
             os.kill(os.getpid(), signal.SIGSTOP)
+        elif kind is messages.InjectionKind.LINK_ERROR:
+            if self._communicator is not None:  # the step's next collective fails
+                self._communicator.cut()
+        elif kind in _SIMULATED_CODES:
+            code, what = _SIMULATED_CODES[kind]
+            raise DeviceError(code, f"simulated {what} on rank {self.rank} at step {step}")
         else:
             raise InjectedFaultError(f"trainguard injected an exception into rank {self.rank} "
                                 f"at step {step}")
@@ -248,7 +393,8 @@ class Session:
             logger.warning("rank %d: %s", self.rank, plan.note)
         if plan.source is not messages.RestoreSource.NONE:
             try:
-                header, tree = snapshot.read_snapshot(plan.path)
+                received = self._exchange_with_peers(plan)
+                header, tree = received or snapshot.read_snapshot(plan.path)
             except snapshot.SnapshotError as error:
                 raise SessionError(f"cannot restore from {plan.source}: {error}") from error
             self._load(state, tree["state"])
@@ -279,6 +425,26 @@ class Session:
                     f"cannot restore {key!r}: it has no load_state_dict() and the state is not "
                     "a mutable mapping to put it back into")
 
+    def _exchange_with_peers(self, plan: messages.RestorePlan) -> Any | None:
+        """Send this rank's snapshot to the ranks ``plan`` names, or receive this rank's state
+        from its peer (R6): the parameter plane is the generation's process group."""
+        if plan.source is not messages.RestoreSource.PEER and not plan.send_to:
+            return None
+        if not (dist.is_available() and dist.is_initialized()):
+            raise SessionError("the state comes from a data-parallel peer this time, which needs "
+                               "the process group: call restore() after init_process_group()")
+        for rank in plan.send_to:
+            payload = snapshot.snapshot_bytes(plan.path)
+            dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst=rank)
+            dist.send(payload, dst=rank)
+        if plan.source is not messages.RestoreSource.PEER or plan.peer is None:
+            return None
+        size = torch.zeros(1, dtype=torch.int64)
+        dist.recv(size, src=plan.peer)
+        payload = torch.empty(int(size.item()), dtype=torch.uint8)
+        dist.recv(payload, src=plan.peer)
+        return snapshot.decode(payload.numpy().data, name=f"rank {plan.peer}'s snapshot")
+
     def __enter__(self) -> Session:
         return self
 
@@ -303,3 +469,12 @@ class Session:
         for mapped in self._mapped.values():
             mapped.close()
         self._mapped.clear()
+
+
+def _drop_process_group() -> list[object]:
+    """Unregister every process group; returns them, to be kept alive (see communicator)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return []
+    groups: list[object] = list(distributed_c10d._world.pg_map)
+    dist.destroy_process_group()
+    return groups

@@ -24,9 +24,11 @@ __all__ = [
     "MappedSlot",
     "Prepared",
     "SnapshotError",
+    "decode",
     "flatten",
     "prepare",
     "read_snapshot",
+    "snapshot_bytes",
 ]
 
 
@@ -158,6 +160,30 @@ def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = t
     Raises:
         SnapshotError: the file is not a complete snapshot.
     """
+    memory = _map_private(path)
+    try:
+        return decode(memory, name=path, copy=copy)
+    finally:
+        memory.close()
+
+
+def snapshot_bytes(path: str) -> torch.Tensor:
+    """The committed snapshot in ``path`` as one uint8 tensor (a private copy), for sending it
+    to a peer.
+
+    Raises:
+        SnapshotError: the file is not a complete snapshot.
+    """
+    memory = _map_private(path)
+    try:
+        header = _header(memory, name=path)
+        used = header.payload_offset + header.payload_len
+        return torch.frombuffer(memory, dtype=torch.uint8, count=used).clone()
+    finally:
+        memory.close()
+
+
+def _map_private(path: str) -> mmap.mmap:
     try:
         descriptor = os.open(path, os.O_RDONLY)
     except OSError as error:
@@ -168,17 +194,37 @@ def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = t
             raise SnapshotError(f"{path} has {size} bytes: too short for a snapshot")
         # A private writable mapping: torch.frombuffer wants a writable buffer, and no write
         # through it can reach the file.
-        memory = mmap.mmap(descriptor, size, flags=mmap.MAP_PRIVATE,
-                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        return mmap.mmap(descriptor, size, flags=mmap.MAP_PRIVATE,
+                         prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(descriptor)
+
+
+def _header(memory: Any, *, name: str) -> snapshot_layout.SnapshotHeader:
     try:
-        header = snapshot_layout.SnapshotHeader.unpack(memory, size=size)
-        if not header.committed:
-            raise SnapshotError(f"{path} holds no complete snapshot (seq {header.seq})")
+        header = snapshot_layout.SnapshotHeader.unpack(memory, size=len(memory))
+    except snapshot_layout.LayoutError as error:
+        raise SnapshotError(f"{name}: {error}") from error
+    if not header.committed:
+        raise SnapshotError(f"{name} holds no complete snapshot (seq {header.seq})")
+    return header
+
+
+def decode(memory: Any, *, name: str,
+           copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone
+           ) -> tuple[snapshot_layout.SnapshotHeader, Any]:
+    """Decode a committed snapshot held in a writable buffer (a mapping, or bytes received
+    from a peer); ``name`` says where it came from, in errors.
+
+    Raises:
+        SnapshotError: the buffer is not a complete snapshot.
+    """
+    header = _header(memory, name=name)
+    try:
         entries = snapshot_layout.decode_table(
-            memory[header.table_offset : header.table_offset + header.table_len])
-        skeleton = memory[header.skeleton_offset : header.skeleton_offset + header.skeleton_len]
+            bytes(memory[header.table_offset : header.table_offset + header.table_len]))
+        skeleton = bytes(
+            memory[header.skeleton_offset : header.skeleton_offset + header.skeleton_len])
         raw = torch.frombuffer(memory, dtype=torch.uint8)
         tensors = []
         for entry in entries:
@@ -197,7 +243,5 @@ def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = t
 
         tree = _Unpickler(io.BytesIO(skeleton)).load()
     except snapshot_layout.LayoutError as error:
-        raise SnapshotError(f"{path}: {error}") from error
-    finally:
-        memory.close()
+        raise SnapshotError(f"{name}: {error}") from error
     return header, tree
