@@ -268,7 +268,8 @@ def test_decode_rejects_a_wrong_list_element_naming_the_field() -> None:
     ({"type": "step", "step": 1, "phase": "BEGIN", "time": 0.0}, "phase",
      "step: field 'phase' is 'BEGIN', expected one of begin, end"),
     ({"type": "inject", "kind": "segfault", "at_step": None}, "kind",
-     "inject: field 'kind' is 'segfault', expected one of crash, hang, exception, memory-error, link-error, device-error"),
+     "inject: field 'kind' is 'segfault', expected one of crash, hang, exception, "
+     "memory-error, link-error, device-error"),
     ({"type": "activity", "kind": 1, "active": True, "time": 0.0}, "kind",
      "activity: field 'kind' is 1, expected one of checkpoint, restore, user"),
     ({"type": "activity", "kind": ["user"], "active": True, "time": 0.0}, "kind",

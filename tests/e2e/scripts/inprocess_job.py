@@ -1,0 +1,71 @@
+"""A small deterministic DDP job under Session.run, with hooks that make a recovery go wrong.
+
+Every process prints ``pid RANK PID`` when it starts, so a test can tell which processes a
+recovery kept. A process started after generation 0 (a replacement) can be made to stall
+(``--stall-replacement``, to miss the recovery deadline) or die (``--crash-replacement``)
+before it restores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import trainguard.train
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=40)
+parser.add_argument("--output", type=Path)
+parser.add_argument("--stall-replacement", type=float, default=0.0)
+parser.add_argument("--crash-replacement", action="store_true")
+args = parser.parse_args()
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+state = {"model": model, "optimizer": optimizer}
+session = trainguard.train.Session()
+print(f"pid {session.rank} {os.getpid()}", flush=True)
+hooks = {"armed": session.generation == 1}  # it replaces a failed one in the first recovery
+
+
+def train() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    if hooks.pop("armed", False):
+        if args.crash_replacement:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(args.stall_replacement)
+    start = session.restore(state)
+    ddp = DistributedDataParallel(model)
+    (ddp(torch.zeros(1, 32)).sum() * 0).backward()  # settle DDP's buckets (see the demo)
+    optimizer.zero_grad()
+    for step in range(start, args.steps):
+        with session.step(step):
+            generator = torch.Generator().manual_seed(step * 1009 + rank)
+            inputs = torch.randn(16, 32, generator=generator)
+            loss = nn.functional.mse_loss(ddp(inputs), inputs.flip(1))
+            optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+        session.checkpoint(state, step=step + 1)
+        time.sleep(0.02)
+
+
+session.run(train)
+session.close()
+if dist.get_rank() == 0 and args.output is not None:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.numpy().tobytes())
+    args.output.write_text(digest.hexdigest() + "\n")
+dist.destroy_process_group()
