@@ -3,6 +3,12 @@
 For each trial a fresh job starts; once a random rank reaches a random step, the benchmark
 sends it the signal and measures, from the job's own timeline (jobs/timeline.py):
 
+Tools: ``torchrun``; ``trainguard`` (the job-level restart, every process restarted, state from
+memory); ``trainguard-in-place`` (strategy recover-in-place: the job runs under Session.run,
+only the killed rank gets a new process); ``trainguard-retry`` (strategy retry: instead of a
+signal, the rank gets a simulated device memory error 80E01801 inside its step, and every
+process stays). For ``trainguard-retry`` the fault's time is when the error was raised.
+
 - detected: fault -> the launcher noticed (trainguard: its fault-detected event; torchrun: the
   first line its elastic agent logs about the failure);
 - recovered: fault -> every rank has begun a step in the new attempt;
@@ -39,10 +45,11 @@ _TORCH_LOG = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*(failed|exitcod
 def _command(tool: str, workdir: Path, steps: int) -> tuple[list[str], dict[str, str]]:
     job = [str(common.JOBS / "recovery_job.py"), "--steps", str(steps)]
     env = {"BENCH_TIMELINE_DIR": str(workdir)}
-    if tool == "trainguard":
+    if tool.startswith("trainguard"):
+        in_process = ["--in-process"] if tool != "trainguard" else []
         return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node", "4",
                 "--max-restarts", "3", "-r", "3", "--run-root", str(workdir / "runs"),
-                "--rdzv-id", "bench", "--persist-interval", "1000", *job], env
+                "--rdzv-id", "bench", "--persist-interval", "1000", *job, *in_process], env
     env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     # --standalone: with the static rendezvous, restarted workers read stale addresses even
     # with the variable above and gloo fails to connect (seen here, 4 of 4 restarts).
@@ -52,10 +59,13 @@ def _command(tool: str, workdir: Path, steps: int) -> tuple[list[str], dict[str,
             str(workdir / "checkpoint.pt")], env
 
 
-def _detected_trainguard(workdir: Path) -> float | None:
-    """Monotonic time of trainguard's first fault-detected event."""
+def _detected_trainguard(workdir: Path) -> tuple[float, float | None] | None:
+    """Monotonic time of trainguard's first fault-detected event, and the seconds it took."""
     found = testing.recorded_events(workdir / "runs" / "bench", "fault-detected")
-    return float(found[0].data["detected_at"]) if found else None
+    if not found:
+        return None
+    took = found[0].data["detect_seconds"]
+    return float(found[0].data["detected_at"]), None if took is None else float(took)
 
 
 def _detected_torchrun(log: Path, after_wall: float) -> float | None:
@@ -83,9 +93,12 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
             lambda: next((m for m in timeline.read() if m["event"] == "begin"
                           and m["rank"] == victim and m["step"] >= at_step), None),
             timeout=300, process=group.process)
-        signum = signal.SIGKILL if fault == "crash" else signal.SIGSTOP
         fault_mono, fault_wall = time.monotonic(), time.time()
-        os.kill(mark["pid"], signum)
+        if tool == "trainguard-retry":
+            testing.inject_fault(workdir / "runs" / "bench", rank=victim,
+                                 kind=testing.InjectionKind.MEMORY_ERROR)
+        else:
+            os.kill(mark["pid"], signal.SIGKILL if fault == "crash" else signal.SIGSTOP)
         attempt = mark["attempt"]
 
         def recovered() -> float | None:
@@ -100,11 +113,17 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
                                  process=group.process)
         marks = timeline.read()
         done = [m["step"] for m in marks if m["event"] == "end" and m["attempt"] <= attempt]
+        steps = [m["mono"] for m in marks if m["event"] == "begin" and m["attempt"] <= attempt
+                 and m["rank"] == 0]
+        step_seconds = (steps[-1] - steps[-21]) / 20 if len(steps) > 21 else None
         resumed = min(m["step"] for m in marks if m["event"] == "begin"
                       and m["attempt"] > attempt)
-        if tool == "trainguard":
-            detected = _detected_trainguard(workdir)
-            detect_seconds = detected - fault_mono if detected is not None else None
+        if tool.startswith("trainguard"):
+            detected = common.wait_until("the fault event", lambda: _detected_trainguard(workdir),
+                                         timeout=60, process=group.process)
+            if tool == "trainguard-retry" and detected[1] is not None:
+                fault_mono = detected[0] - detected[1]  # when the error was raised in the step
+            detect_seconds = detected[0] - fault_mono
         else:
             wall = _detected_torchrun(group.log, fault_wall)
             detect_seconds = wall - fault_wall if wall is not None else None
@@ -112,6 +131,7 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
         "tool": tool, "fault": fault, "victim_rank": victim, "at_step": mark["step"],
         "detect_seconds": detect_seconds, "recover_seconds": back - fault_mono,
         "steps_lost": max(0, max(done, default=-1) + 1 - resumed), "resumed_at": resumed,
+        "step_seconds": step_seconds,
     }
 
 
@@ -120,7 +140,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--fault", choices=("crash", "hang"), default="crash")
-    parser.add_argument("--tools", default="trainguard,torchrun")
+    parser.add_argument("--tools", default="trainguard-retry,trainguard-in-place,trainguard,"
+                                           "torchrun")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -135,14 +156,16 @@ def main() -> None:
                 print(json.dumps({"trial": number, **result}), flush=True)
     summary = {
         tool: {key: common.median(r[key] for r in results if r["tool"] == tool)
-               for key in ("detect_seconds", "recover_seconds", "steps_lost")}
+               for key in ("detect_seconds", "recover_seconds", "steps_lost", "step_seconds")}
         for tool in args.tools.split(",")
     }
     path = common.write_result(f"recovery-{args.fault}", {
         "trials": results, "medians": summary,
         "setup": "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "
                  "about 0.1 s per step; trainguard snapshots to memory every step, torchrun "
-                 "saves with torch.save every 25 steps"})
+                 "saves with torch.save every 25 steps; trainguard = job-level restart "
+                 "(exit), trainguard-in-place = recover-in-place, trainguard-retry = step "
+                 "retry after a simulated device memory error"})
     print(json.dumps(summary, indent=1))
     print(f"written to {path}")
 

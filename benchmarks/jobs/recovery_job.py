@@ -1,7 +1,8 @@
 """The recovery benchmark's job: 4-rank DDP MLP on CPU, about 0.1 s per step.
 
 Under ``trainguard run`` it snapshots its state into memory after every step and restores from
-there; under torchrun it does what a torchrun user does: ``torch.save`` every
+there (with ``--in-process``, it trains under ``Session.run``, so that ranks can survive a
+fault); under torchrun it does what a torchrun user does: ``torch.save`` every
 ``--checkpoint-every`` steps and ``torch.load`` at start. Either way it writes a timeline
 (jobs/timeline.py) that the benchmark reads.
 """
@@ -35,11 +36,11 @@ parser.add_argument("--width", type=int, default=768)
 parser.add_argument("--batch", type=int, default=128)
 parser.add_argument("--checkpoint-every", type=int, default=25)
 parser.add_argument("--checkpoint", type=Path, help="torch.save file (torchrun only)")
+parser.add_argument("--in-process", action="store_true",
+                    help="train under Session.run (trainguard's process-level strategies)")
 args = parser.parse_args()
 
 torch.manual_seed(0)
-dist.init_process_group("gloo")
-rank = dist.get_rank()
 width = args.width
 model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
                       nn.Linear(width, width))
@@ -51,35 +52,47 @@ if "TRAINGUARD_AGENT_SOCKET" in os.environ:
     import trainguard.train
 
     session = trainguard.train.Session()
-    start = session.restore(state)
-elif args.checkpoint is not None and args.checkpoint.exists():
-    saved = torch.load(args.checkpoint)
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])
-    start = int(saved["step"])
-else:
-    start = 0
-timeline.mark("restored", start)
-ddp = DistributedDataParallel(model)
-(ddp(torch.zeros(1, width)).sum() * 0).backward()  # settle DDP's buckets (see the demo job)
-optimizer.zero_grad()
-for step in range(start, args.steps):
-    timeline.mark("begin", step)
-    with session.step(step) if session is not None else contextlib.nullcontext():
-        generator = torch.Generator().manual_seed(step * 1009 + rank)
-        inputs = torch.randn(args.batch, width, generator=generator)
-        loss = nn.functional.mse_loss(ddp(inputs), inputs @ target)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    timeline.mark("end", step)
+
+
+def train() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
     if session is not None:
-        session.checkpoint(state, step=step + 1)
-    elif (step + 1) % args.checkpoint_every == 0 and rank == 0 and args.checkpoint is not None:
-        draft = args.checkpoint.with_suffix(".draft")
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "step": step + 1}, draft)
-        draft.replace(args.checkpoint)
+        start = session.restore(state)
+    elif args.checkpoint is not None and args.checkpoint.exists():
+        saved = torch.load(args.checkpoint)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        start = int(saved["step"])
+    else:
+        start = 0
+    timeline.mark("restored", start)
+    ddp = DistributedDataParallel(model)
+    (ddp(torch.zeros(1, width)).sum() * 0).backward()  # settle DDP's buckets (see the demo)
+    optimizer.zero_grad()
+    for step in range(start, args.steps):
+        timeline.mark("begin", step)
+        with session.step(step) if session is not None else contextlib.nullcontext():
+            generator = torch.Generator().manual_seed(step * 1009 + rank)
+            inputs = torch.randn(args.batch, width, generator=generator)
+            loss = nn.functional.mse_loss(ddp(inputs), inputs @ target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        timeline.mark("end", step)
+        if session is not None:
+            session.checkpoint(state, step=step + 1)
+        elif (step + 1) % args.checkpoint_every == 0 and rank == 0 and args.checkpoint:
+            draft = args.checkpoint.with_suffix(".draft")
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "step": step + 1}, draft)
+            draft.replace(args.checkpoint)
+
+
+if session is not None and args.in_process:
+    session.run(train)
+else:
+    train()
 if session is not None:
     session.close()
 dist.destroy_process_group()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -66,21 +67,27 @@ def render_summary(report: RunReport, console: Console) -> None:
     result = report.result
     if result.faults:
         table = Table(title="Faults and recoveries", title_justify="left",
-                      caption="*: injected. detected: fault -> seen; recovered: fault -> "
-                              "every rank stepping again; lost: completed steps redone",
-                      caption_justify="left")
-        for column in ("rank", "fault", "step", "detected", "recovered", "lost", "restored"):
-            table.add_column(column, justify="left" if column == "fault" else "right",
-                             no_wrap=True)
+                      caption="*: injected. in-place: recover-in-place. detected: fault -> "
+                              "seen; recovered: fault -> every rank stepping again; lost: "
+                              "completed steps redone; +peer: a rank's state came from a "
+                              "data-parallel replica",
+                      caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for column in ("rank", "fault", "step", "strategy", "detected", "recovered", "lost",
+                       "restored"):
+            table.add_column(column, justify="left" if column in ("fault", "strategy")
+                             else "right", no_wrap=True)
         for record in result.faults:
             fault, recovery = record.fault, record.recovery
             what = f"{fault.injected}*" if fault.injected else str(fault.kind)
             table.add_row(
                 str(fault.rank), what, "-" if fault.last_step is None else str(fault.last_step),
+                str(recovery.strategy if recovery else record.decision.strategy).replace(
+                    "recover-in-place", "in-place"),
                 _seconds(fault.detect_seconds),
                 _seconds(recovery.recover_seconds) if recovery else "no",
                 str(recovery.steps_lost) if recovery else "-",
-                f"{recovery.restore_source}@{recovery.restore_step}" if recovery else "-")
+                f"{recovery.restore_source.replace(' and peers', '+peer')}@"
+                f"{recovery.restore_step}" if recovery else "-")
         console.print(table)
     totals = Table(title="Job", title_justify="left", show_header=False)
     totals.add_column("what")

@@ -113,7 +113,8 @@ class JobController:
                 return await self._finish(events.JobOutcome.FAILED, outcome.detail, 1,
                                           number + 1, started)
             failed_strategy = None
-            if recovering is not None and recovering.strategy in policy.IN_PROCESS:
+            if (recovering is not None and recovering.strategy in policy.IN_PROCESS
+                    and self._faults[recovering.index].recovery is None):
                 # A fault, or the deadline, before every rank stepped: that strategy failed.
                 failed_strategy = recovering.strategy
                 reason = (f"not every rank stepping within {self.settings.recover_timeout:g} s"

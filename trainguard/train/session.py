@@ -43,6 +43,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -194,6 +195,7 @@ class Session:
         self._link.send(messages.RecoverySupported(["retry", "recover-in-place", "recover"]))
         while True:
             self._communicator = communicator.Communicator()
+            self._await_store()
             try:
                 return train()
             except GenerationAborted as aborted:
@@ -220,6 +222,22 @@ class Session:
                            self.generation, step, error)
         self._link.send_now(messages.LeftGeneration(self.generation, step, text, code,
                                                     time.monotonic()))
+
+    def _await_store(self, timeout: float = 60.0) -> None:
+        """Until rank 0's rendezvous store accepts connections (rank 0 creates it).
+
+        A rank that reaches ``init_process_group`` before the store exists retries with a
+        backoff that grows to about a second; polling here first lets it connect at once.
+        """
+        if self.rank == 0:
+            return
+        address = (os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                   int(os.environ.get("MASTER_PORT", "0")))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._aborting.is_set():
+            with contextlib.suppress(OSError), socket.create_connection(address, timeout=1.0):
+                return
+            time.sleep(0.005)
 
     def _join_next(self) -> None:
         """Wait for the agent's Rejoin; the agent ends this process instead if it must go."""
