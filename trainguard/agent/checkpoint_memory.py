@@ -115,18 +115,11 @@ class CheckpointMemory:
         self._wake.set()
 
     def complete_steps(self) -> list[tuple[int, list[snapshot_slots.SlotState]]]:
-        """Steps every rank holds in memory, newest first, with each rank's slot.
+        """Steps every rank holds in memory itself, newest first, with each rank's slot.
 
         Read from the slot headers themselves, which survive any worker and any lost message.
         """
-        per_rank = [self._slots.committed(rank) for rank in range(self._world_size)]
-        steps = set.intersection(*({state.header.step for state in states}
-                                   for states in per_rank))
-        return [
-            (step, [next(state for state in states if state.header.step == step)
-                    for states in per_rank])
-            for step in sorted(steps, reverse=True)
-        ]
+        return [(step, states) for step, states, _ in self.replica_complete_steps()]
 
     def replica_complete_steps(
         self, *, lost: Collection[int] = (), layout: replicas.ReplicaLayout | None = None

@@ -2,35 +2,36 @@
 
 It sees a worker exit the moment the standby process reaps it, a hang when a rank's heartbeat
 deadline passes (:mod:`trainguard.detect.heartbeat`), and reports the first fault of a generation
-as its outcome. What to do about it is the controller's decision; the agent then carries it out
-(stop every worker, start the next generation, or stop gracefully with a dying checkpoint).
+as its outcome (:mod:`.attribution` says whose). What to do about it is the controller's
+decision; the agent then carries it out: stop every worker and start the next generation, form
+the next generation from the survivors and replacements (:meth:`NodeAgent.recover`), or stop
+gracefully with a dying checkpoint. How a worker process is started is :mod:`.worker_launcher`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Collection, Coroutine, Mapping
-from pathlib import Path
+from collections.abc import Callable, Collection, Mapping
 
 from trainguard import clock as clocks
 from trainguard.agent import (
+    attribution,
     checkpoint_memory,
     fault_injection,
     ipc_server,
     snapshot_slots,
-    standby_client,
     step_statistics,
     watchdog,
-    worker_output,
+    worker_launcher,
     workers,
 )
+from trainguard.agent.settings import AgentSettings
 from trainguard.detect import heartbeat
 from trainguard.faults import process, replicas
 from trainguard.ipc import messages
@@ -40,52 +41,6 @@ __all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
 logger = logging.getLogger(__name__)
 
 AGENT_FILE = "agent.json"
-_ATTRIBUTION_SECONDS = 0.1  # how long an exception report waits for a rank's death to explain it
-# How long a rank whose collective failed waits for the cause (a peer's exit or error) before
-# the failure counts as the collective's own, with every rank alive.
-_COMMUNICATION_SECONDS = 0.3
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentSettings:
-    nproc_per_node: int
-    program: workers.ProgramSpec
-    run_id: str
-    run_dir: Path
-    role: str = "default"
-    master_addr: str = "127.0.0.1"
-    master_port: int | None = None
-    max_restarts: int = 0
-    monitor_interval: float = 0.1
-    shutdown_timeout: float = 30.0
-    preload: tuple[str, ...] = ("torch", "torch._dynamo", "torch.nn.parallel",
-                                "trainguard.train")
-    """Modules the standby process imports before forking workers. torch._dynamo is imported
-    by the first optimizer a script creates and costs a second by itself."""
-    output: worker_output.OutputSettings = dataclasses.field(
-        default_factory=worker_output.OutputSettings)
-    fault_plan: tuple[fault_injection.PlannedFault, ...] = ()
-    dp_size: int | None = None
-    """Data-parallel replicas (R7); default: the world size (pure data parallel)."""
-    spare_devices: int = 0
-    """Devices kept free for ranks moved off a failed device (strategy recover), each with a
-    process ready to become a worker."""
-    leave_timeout: float = 10.0
-    """Seconds the surviving ranks get to leave a generation (finish a snapshot in progress,
-    cut the communicator) before a process-level recovery gives up."""
-
-    def __post_init__(self) -> None:
-        if self.nproc_per_node < 1:
-            raise ValueError(f"nproc-per-node must be >= 1, got {self.nproc_per_node}")
-        if self.spare_devices < 0:
-            raise ValueError(f"spare-devices must be >= 0, got {self.spare_devices}")
-        replicas.ReplicaLayout(self.nproc_per_node, self.dp_size or self.nproc_per_node)
-        if not self.monitor_interval > 0:
-            raise ValueError(f"monitor-interval must be > 0 seconds, got {self.monitor_interval}")
-        for planned in self.fault_plan:
-            if planned.rank not in range(self.nproc_per_node):
-                raise ValueError(f"fault plan names rank {planned.rank}; the job has ranks "
-                                 f"0..{self.nproc_per_node - 1}")
 
 
 def free_port(address: str) -> int:
@@ -112,14 +67,14 @@ class NodeAgent:
         self._detector = detector
         self._checkpoints = checkpoints
         self._clock = clock
-        self._base_env = dict(base_env)
         self._ipc = ipc_server.IpcServer(self)
-        self._standby: standby_client.StandbyProcess | None = None
-        self._spare_standby: standby_client.StandbyProcess | None = None
-        self.spares_left = settings.spare_devices
+        self._launcher = worker_launcher.WorkerLauncher(
+            settings, base_env=base_env, clock=clock,
+            startup_timeout=detector.settings.startup_timeout, on_exit=self._on_exit,
+            on_lost=self._on_standby_lost, log=self._log)
+        self._attribution = attribution.FaultAttribution(clock)
         self.layout = replicas.ReplicaLayout(settings.nproc_per_node,
                                              settings.dp_size or settings.nproc_per_node)
-        self._devices = {rank: rank for rank in range(settings.nproc_per_node)}
         self._generation: workers.Generation | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._injector = fault_injection.FaultInjector(
@@ -127,7 +82,6 @@ class NodeAgent:
         self._watchdog = watchdog.Watchdog(
             detector=detector, clock=clock, interval=settings.monitor_interval,
             end=lambda worker: self._signal(worker, signal.SIGKILL), log=self._log)
-        self._reports: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()  # a worker committed a snapshot or exited
         self.statistics = step_statistics.StepStatistics()
 
@@ -139,29 +93,16 @@ class NodeAgent:
     def generation(self) -> workers.Generation | None:
         return self._generation
 
+    @property
+    def spares_left(self) -> int:
+        return self._launcher.spares_left
+
     async def start(self) -> None:
         await self._ipc.start()
         (self.settings.run_dir / AGENT_FILE).write_text(json.dumps(
             {"pid": os.getpid(), "address": self.address, "run_id": self.settings.run_id}))
-        await self._ensure_standby()
-        if self.settings.spare_devices:
-            self._spare_standby = await self._start_standby("spare standby")
+        await self._launcher.start(self.address)
         self._checkpoints.start()
-
-    async def _ensure_standby(self) -> standby_client.StandbyProcess:
-        if self._standby is not None and self._standby.alive:
-            return self._standby
-        self._standby = await self._start_standby("standby")
-        return self._standby
-
-    async def _start_standby(self, what: str) -> standby_client.StandbyProcess:
-        standby = standby_client.StandbyProcess(
-            preload=self.settings.preload, env=self._base_env, on_exit=self._on_exit,
-            on_lost=self._on_standby_lost)
-        await standby.start(timeout=self._detector.settings.startup_timeout)
-        self._log.info("%s process %s ready (preloaded: %s)", what, standby.pid,
-                       ", ".join(standby.preloaded) or "nothing")
-        return standby
 
     # --- generations -------------------------------------------------------------------------
 
@@ -180,19 +121,26 @@ class NodeAgent:
         generation = workers.Generation(number=number, restart_count=restart_count,
                                         master_port=port, started_at=self._clock.monotonic(),
                                         restore=restore, plan_seconds=plan_seconds)
+        await self._enter(generation)
+        for rank in range(settings.nproc_per_node):
+            generation.workers[rank] = self._launcher.prepare(generation, rank)
+        await self._spawn(generation, range(settings.nproc_per_node))
+        return generation
+
+    async def _enter(self, generation: workers.Generation) -> None:
+        """Make ``generation`` the current one, watched from now on."""
+        await self._stop_monitor()
         self._generation = generation
         self.statistics.new_generation()
-        for local_rank in range(settings.nproc_per_node):
-            generation.workers[local_rank] = self._prepare_worker(generation, local_rank)
-        try:
-            standby = await self._ensure_standby()
-            for worker in generation.workers.values():
-                await self._spawn(standby, generation, worker)
-        except standby_client.StandbyError as error:
-            generation.settle(process.GenerationOutcome(
-                process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
         self._monitor = asyncio.create_task(self._watchdog.watch(generation), name="watchdog")
-        return generation
+
+    async def _spawn(self, generation: workers.Generation, ranks: Collection[int], *,
+                     on_spare: bool = False) -> None:
+        await self._launcher.spawn(generation, ranks, on_spare=on_spare)
+        for rank in ranks:
+            worker = generation.workers[rank]
+            if worker.pid is not None:
+                self._detector.start(rank, at=worker.started_at)
 
     def _peer_layout(self) -> replicas.ReplicaLayout | None:
         """The replica layout when ranks may take state from peers: the last generation's
@@ -234,52 +182,50 @@ class NodeAgent:
             number=number, restart_count=restart_count,
             master_port=free_port(self.settings.master_addr), started_at=self._clock.monotonic(),
             restore=restore, plan_seconds=plan_seconds, kept=len(survivors))
-        await self._stop_monitor()
-        self._generation = generation
-        self.statistics.new_generation()
+        await self._enter(generation)
+        now = self._clock.monotonic()
         for worker in survivors:
             worker.carry_over()
             generation.workers[worker.rank] = worker
-        for rank in sorted(replace):
-            if to_spares:
-                self._devices[rank] = self.settings.nproc_per_node + (
-                    self.settings.spare_devices - self.spares_left)
-                self.spares_left -= 1
-            generation.workers[rank] = self._prepare_worker(generation, rank)
-        now = self._clock.monotonic()
-        for worker in survivors:
             self._detector.start(worker.rank, at=now)
             worker.send(messages.Rejoin(number, generation.master_port, restart_count))
-        try:
-            standby = self._spare_standby if to_spares else await self._ensure_standby()
-            if standby is None:
-                raise standby_client.StandbyError("no spare standby process")
-            for rank in sorted(replace):
-                await self._spawn(standby, generation, generation.workers[rank])
-        except standby_client.StandbyError as error:
-            generation.settle(process.GenerationOutcome(
-                process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
-        self._monitor = asyncio.create_task(self._watchdog.watch(generation), name="watchdog")
+        for rank in sorted(replace):
+            if to_spares:
+                self._launcher.move_to_spare(rank)
+            generation.workers[rank] = self._launcher.prepare(generation, rank)
+        await self._spawn(generation, sorted(replace), on_spare=to_spares)
         return generation
 
     async def _await_leaving(self, generation: workers.Generation,
                              survivors: list[workers.WorkerState]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.leave_timeout
-        while True:
-            gone = [w.rank for w in survivors if not w.alive]
-            if gone:
-                raise process.RecoveryError(
-                    f"rank {gone[0]} exited while the others were leaving the generation")
+        """Until every survivor has left ``generation`` and every other process has exited.
+
+        Raises:
+            process.RecoveryError: a survivor exited meanwhile, or the leave timeout passed.
+        """
+        def settled() -> bool:
+            if any(not w.alive for w in survivors):
+                return True
+            return all(w.left is not None for w in survivors) and not any(
+                w.alive for w in generation.workers.values() if w not in survivors)
+
+        await self._wait_changed(settled, self.settings.leave_timeout)
+        gone = [w.rank for w in survivors if not w.alive]
+        if gone:
+            raise process.RecoveryError(
+                f"rank {gone[0]} exited while the others were leaving the generation")
+        if not settled():
             waiting = [w.rank for w in survivors if w.left is None]
-            replaced_alive = [w for w in generation.workers.values()
-                              if w not in survivors and w.alive]
-            if not waiting and not replaced_alive:
-                return
-            if loop.time() >= deadline:
-                what = (f"ranks {waiting} did not leave generation {generation.number}"
-                        if waiting else "replaced processes did not exit")
-                raise process.RecoveryError(f"{what} within {self.settings.leave_timeout:.0f} s")
+            what = (f"ranks {waiting} did not leave generation {generation.number}"
+                    if waiting else "replaced processes did not exit")
+            raise process.RecoveryError(f"{what} within {self.settings.leave_timeout:.0f} s")
+
+    async def _wait_changed(self, done: Callable[[], bool], timeout: float) -> None:
+        """Until ``done()`` (checked whenever a worker commits a snapshot, leaves or exits), or
+        ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not done() and loop.time() < deadline:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), deadline - loop.time())
@@ -288,50 +234,6 @@ class NodeAgent:
         """The dying checkpoint (R5): save the newest step the healthy replicas hold, the
         failed ranks' state from their replicas; returns its step."""
         return await self._checkpoints.dump(lost=failed, layout=self.layout)
-
-    def _prepare_worker(self, generation: workers.Generation, local_rank: int
-                        ) -> workers.WorkerState:
-        settings = self.settings
-        rank = local_rank  # one node for now: global rank = local rank
-        attempt = settings.run_dir / f"attempt_{generation.number}" / str(rank)
-        attempt.mkdir(parents=True, exist_ok=True)
-        error_file = attempt / "error.json"
-        error_file.unlink(missing_ok=True)
-
-        def pump(stream: worker_output.Std) -> worker_output.StreamPump:
-            return worker_output.StreamPump.for_worker(
-                settings.output, stream=stream, rank=rank, local_rank=local_rank,
-                role=settings.role, run_id=settings.run_id, generation=generation.number)
-
-        return workers.WorkerState(
-            rank=rank, local_rank=local_rank, error_file=error_file,
-            stdout=pump(worker_output.Std.OUT), stderr=pump(worker_output.Std.ERR),
-            started_at=self._clock.monotonic())
-
-    async def _spawn(self, standby: standby_client.StandbyProcess,
-                     generation: workers.Generation, worker: workers.WorkerState) -> None:
-        settings = self.settings
-        env = workers.worker_environment(
-            self._base_env, rank=worker.rank, local_rank=worker.local_rank,
-            world_size=settings.nproc_per_node, local_world_size=settings.nproc_per_node,
-            role=settings.role, master_addr=settings.master_addr,
-            master_port=generation.master_port, restart_count=generation.restart_count,
-            max_restarts=settings.max_restarts, run_id=settings.run_id,
-            error_file=worker.error_file, agent_socket=self.address,
-            generation=generation.number)
-        env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
-        launch = standby_client.WorkerLaunch(
-            mode=settings.program.mode, target=settings.program.target,
-            args=settings.program.args, env=env, cwd=os.getcwd())
-        stdout = await worker_output.open_pump(worker.stdout)
-        stderr = await worker_output.open_pump(worker.stderr)
-        try:
-            worker.pid = await standby.spawn(launch, stdout=stdout, stderr=stderr)
-        finally:
-            os.close(stdout)
-            os.close(stderr)
-        worker.started_at = self._clock.monotonic()
-        self._detector.start(worker.rank, at=worker.started_at)
 
     def _on_exit(self, pid: int, returncode: int) -> None:
         generation = self._generation
@@ -349,69 +251,7 @@ class NodeAgent:
             if all(w.succeeded for w in generation.workers.values()):
                 generation.settle(process.GenerationOutcome(process.OutcomeKind.SUCCEEDED))
             return
-        self._track(self._report_failure(generation, worker, detected_at=worker.exited_at))
-
-    def _track(self, report: Coroutine[object, object, None]) -> None:
-        task = asyncio.get_running_loop().create_task(report)
-        self._reports.add(task)
-        task.add_done_callback(self._reports.discard)
-
-    async def _report_raised(self, generation: workers.Generation, worker: workers.WorkerState,
-                             error: str) -> None:
-        """An uncaught exception: the root cause, unless another rank's death caused it.
-
-        A rank killed outright makes its peers raise "connection closed" almost at once, and
-        their reports can arrive before the dead rank's exit is seen. So an exception that was
-        not injected waits a moment, and yields to any rank that has exited meanwhile.
-        """
-        detected_at = self._clock.monotonic()
-        if worker.injected is None:
-            await asyncio.sleep(_ATTRIBUTION_SECONDS)
-            if any(w.returncode not in (None, 0) and not w.stopping and w is not worker
-                   for w in generation.workers.values()):
-                return
-        left = worker.left
-        fault = worker.fault(process.ProcessFaultKind.RAISED, detected_at=detected_at,
-                             detail=error.strip().splitlines()[-1] if error.strip() else "")
-        if left is not None:
-            fault = dataclasses.replace(fault, code=left.code, alive=worker.alive,
-                                        last_step=fault.last_step if left.step is None
-                                        else left.step)
-        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=fault))
-
-    async def _report_left(self, generation: workers.Generation, worker: workers.WorkerState,
-                           left: messages.LeftGeneration) -> None:
-        """A rank left its generation with an error: its own (a fault of this rank), or a
-        collective's that failed (the cause is elsewhere: an exit or another rank's error
-        that arrives meanwhile; if none does, the collective failed by itself)."""
-        if left.error and not process.lost_a_peer(left.error):
-            await self._report_raised(generation, worker, left.error)
-            return
-        detected_at = self._clock.monotonic()
-        await asyncio.sleep(_COMMUNICATION_SECONDS)
-        if generation.outcome.done() or not all(w.alive for w in generation.workers.values()):
-            return
-        struck = next((w for w in generation.workers.values() if w.injected is not None), worker)
-        fault = struck.fault(process.ProcessFaultKind.COMMUNICATION, detected_at=detected_at,
-                             detail="a collective failed while every rank is alive")
-        fault = dataclasses.replace(fault, alive=True, error_excerpt=left.error)
-        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=fault))
-
-    async def _report_failure(self, generation: workers.Generation,
-                              worker: workers.WorkerState, *, detected_at: float) -> None:
-        """Settle the generation with a failed worker's fault.
-
-        A worker that says why it is about to die (an injected fault) says it on its socket,
-        which the exit notice can overtake: read the socket to its end first (briefly).
-        """
-        if worker.link is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(worker.disconnected.wait(), 0.5)
-        returncode = worker.returncode or 0
-        kind = (process.ProcessFaultKind.SIGNALED if returncode < 0
-                else process.ProcessFaultKind.EXITED)
-        generation.settle(process.GenerationOutcome(
-            process.OutcomeKind.FAULT, fault=worker.fault(kind, detected_at=detected_at)))
+        self._attribution.exited(generation, worker)
 
     def _on_standby_lost(self, reason: str) -> None:
         self._log.error("%s; its workers died with it", reason)
@@ -443,16 +283,12 @@ class NodeAgent:
         if target is None:
             return
 
-        def behind() -> bool:
-            return any(w.alive and w.rank != failed_rank and (w.committed_step or -1) < target
-                       for w in generation.workers.values())
+        def caught_up() -> bool:  # a rank that left its generation commits nothing more
+            return not any(w.alive and w.left is None and w.rank != failed_rank
+                           and (w.committed_step or -1) < target
+                           for w in generation.workers.values())
 
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while behind() and loop.time() < deadline:
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), deadline - loop.time())
+        await self._wait_changed(caught_up, timeout)
 
     async def stop_workers(self, *, timeout: float = 10.0) -> None:
         """End every worker now (SIGKILL to its process group) and wait for the exits."""
@@ -562,7 +398,7 @@ class NodeAgent:
                 self._injector.struck(worker, message)
             case messages.WorkerFailing(error=error):
                 if not worker.stopping:
-                    self._track(self._report_raised(generation, worker, error))
+                    self._attribution.raised(generation, worker, error)
             case messages.RecoverySupported():
                 worker.in_process = True
             case messages.LeftGeneration(generation=number):
@@ -571,7 +407,7 @@ class NodeAgent:
                     self._detector.forget(worker.rank)
                     self._changed.set()
                     if not worker.stopping and not generation.outcome.done():
-                        self._track(self._report_left(generation, worker, message))
+                        self._attribution.left(generation, worker, message)
             case messages.Finished(time=at):
                 worker.finished_at = at
                 self._detector.forget(worker.rank)
@@ -633,9 +469,7 @@ class NodeAgent:
         generation = self._generation
         if generation is not None and any(w.alive for w in generation.workers.values()):
             await self.stop_workers()
-        for standby in (self._standby, self._spare_standby):
-            if standby is not None:
-                await standby.close()
+        await self._launcher.close()
         await self._ipc.close()
         await self._checkpoints.close()
         (self.settings.run_dir / AGENT_FILE).unlink(missing_ok=True)

@@ -54,7 +54,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from trainguard.ipc import messages
+from trainguard.ipc import messages, snapshot_layout
 from trainguard.train import agent_link, communicator, error_file, rng, snapshot
 
 __all__ = ["DeviceError", "GenerationAborted", "InjectedFaultError", "RestoreInfo", "Session",
@@ -217,7 +217,7 @@ class Session:
         text = code = ""
         if error is not None and not self._aborting.is_set():
             text = "".join(traceback.format_exception(error))[-4000:]
-            code = getattr(error, "code", "") if isinstance(error, DeviceError) else ""
+            code = error.code if isinstance(error, DeviceError) else ""
             logger.warning("rank %d left generation %d at step %s: %s", self.rank,
                            self.generation, step, error)
         self._link.send_now(messages.LeftGeneration(self.generation, step, text, code,
@@ -443,25 +443,30 @@ class Session:
                     f"cannot restore {key!r}: it has no load_state_dict() and the state is not "
                     "a mutable mapping to put it back into")
 
-    def _exchange_with_peers(self, plan: messages.RestorePlan) -> Any | None:
-        """Send this rank's snapshot to the ranks ``plan`` names, or receive this rank's state
-        from its peer (R6): the parameter plane is the generation's process group."""
+    def _exchange_with_peers(self, plan: messages.RestorePlan
+                             ) -> tuple[snapshot_layout.SnapshotHeader, Any] | None:
+        """This rank's snapshot (header, tree) when it goes over the network: sent to the ranks
+        ``plan`` names, or received from the rank's peer (R6), over the generation's process
+        group; None when neither."""
         if plan.source is not messages.RestoreSource.PEER and not plan.send_to:
             return None
         if not (dist.is_available() and dist.is_initialized()):
             raise SessionError("the state comes from a data-parallel peer this time, which needs "
                                "the process group: call restore() after init_process_group()")
-        for rank in plan.send_to:
-            payload = snapshot.snapshot_bytes(plan.path)
-            dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst=rank)
-            dist.send(payload, dst=rank)
-        if plan.source is not messages.RestoreSource.PEER or plan.peer is None:
-            return None
-        size = torch.zeros(1, dtype=torch.int64)
-        dist.recv(size, src=plan.peer)
-        payload = torch.empty(int(size.item()), dtype=torch.uint8)
-        dist.recv(payload, src=plan.peer)
-        return snapshot.decode(payload.numpy().data, name=f"rank {plan.peer}'s snapshot")
+        if plan.source is messages.RestoreSource.PEER and plan.peer is not None:
+            size = torch.zeros(1, dtype=torch.int64)
+            dist.recv(size, src=plan.peer)
+            payload = torch.empty(int(size.item()), dtype=torch.uint8)
+            dist.recv(payload, src=plan.peer)
+            name = f"rank {plan.peer}'s snapshot"
+        else:
+            payload = snapshot.snapshot_bytes(plan.path)  # read once, for every receiver
+            for rank in plan.send_to:
+                dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst=rank)
+                dist.send(payload, dst=rank)
+            name = plan.path
+        # Copied out: the restored state (an optimizer's, say) may keep the tensors it is given.
+        return snapshot.decode(payload.numpy().data, name=name)
 
     def __enter__(self) -> Session:
         return self

@@ -1,0 +1,139 @@
+"""How a worker process comes to be: its attempt directory, its environment, its output pumps,
+the standby process it is forked from, and the device it gets.
+
+A rank runs on the device of its local rank until it is moved off a failed one (strategy
+recover): it then gets one of the spare devices, numbered after the job's own, and is forked
+from the spare standby process, which stands for the spare node. The device is given to the
+worker as ``TRAINGUARD_DEVICE``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+
+from trainguard import clock as clocks
+from trainguard.agent import standby_client, worker_output, workers
+from trainguard.agent.settings import AgentSettings
+from trainguard.faults import process
+
+__all__ = ["WorkerLauncher"]
+
+
+class WorkerLauncher:
+    def __init__(self, settings: AgentSettings, *, base_env: Mapping[str, str],
+                 clock: clocks.Clock, startup_timeout: float,
+                 on_exit: Callable[[int, int], None], on_lost: Callable[[str], None],
+                 log: logging.LoggerAdapter[logging.Logger]) -> None:
+        self.settings = settings
+        self._base_env = dict(base_env)
+        self._clock = clock
+        self._startup_timeout = startup_timeout
+        self._on_exit = on_exit
+        self._on_lost = on_lost
+        self._log = log
+        self._standby: standby_client.StandbyProcess | None = None
+        self._spare_standby: standby_client.StandbyProcess | None = None
+        self._devices = {rank: rank for rank in range(settings.nproc_per_node)}
+        self._spares = iter(range(settings.nproc_per_node,
+                                  settings.nproc_per_node + settings.spare_devices))
+        self.spares_left = settings.spare_devices
+        self.agent_address = ""
+
+    async def start(self, agent_address: str) -> None:
+        """Raises: standby_client.StandbyError."""
+        self.agent_address = agent_address
+        await self._ensure_standby()
+        if self.settings.spare_devices:
+            self._spare_standby = await self._start_standby("spare standby")
+
+    async def _ensure_standby(self) -> standby_client.StandbyProcess:
+        if self._standby is None or not self._standby.alive:
+            self._standby = await self._start_standby("standby")
+        return self._standby
+
+    async def _start_standby(self, what: str) -> standby_client.StandbyProcess:
+        standby = standby_client.StandbyProcess(
+            preload=self.settings.preload, env=self._base_env, on_exit=self._on_exit,
+            on_lost=self._on_lost)
+        await standby.start(timeout=self._startup_timeout)
+        self._log.info("%s process %s ready (preloaded: %s)", what, standby.pid,
+                       ", ".join(standby.preloaded) or "nothing")
+        return standby
+
+    def move_to_spare(self, rank: int) -> None:
+        """From now on ``rank`` runs on a spare device.
+
+        Raises:
+            process.RecoveryError: no spare device is left.
+        """
+        device = next(self._spares, None)
+        if device is None:
+            raise process.RecoveryError(f"no spare device left for rank {rank}")
+        self._devices[rank] = device
+        self.spares_left -= 1
+
+    def prepare(self, generation: workers.Generation, rank: int) -> workers.WorkerState:
+        settings = self.settings
+        local_rank = rank  # one node for now: global rank = local rank
+        attempt = settings.run_dir / f"attempt_{generation.number}" / str(rank)
+        attempt.mkdir(parents=True, exist_ok=True)
+        error_file = attempt / "error.json"
+        error_file.unlink(missing_ok=True)
+
+        def pump(stream: worker_output.Std) -> worker_output.StreamPump:
+            return worker_output.StreamPump.for_worker(
+                settings.output, stream=stream, rank=rank, local_rank=local_rank,
+                role=settings.role, run_id=settings.run_id, generation=generation.number)
+
+        return workers.WorkerState(
+            rank=rank, local_rank=local_rank, error_file=error_file,
+            stdout=pump(worker_output.Std.OUT), stderr=pump(worker_output.Std.ERR),
+            started_at=self._clock.monotonic())
+
+    async def spawn(self, generation: workers.Generation, ranks: Iterable[int], *,
+                    on_spare: bool = False) -> None:
+        """Start the processes of ``ranks`` (prepared in ``generation``). Workers that cannot be
+        started (the standby process is gone and cannot be restarted) make the generation's
+        outcome fatal rather than raise."""
+        try:
+            standby = self._spare_standby if on_spare else await self._ensure_standby()
+            if standby is None:
+                raise standby_client.StandbyError("the job has no spare standby process")
+            for rank in ranks:
+                await self._spawn(standby, generation, generation.workers[rank])
+        except standby_client.StandbyError as error:
+            generation.settle(process.GenerationOutcome(
+                process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
+
+    async def _spawn(self, standby: standby_client.StandbyProcess,
+                     generation: workers.Generation, worker: workers.WorkerState) -> None:
+        settings = self.settings
+        env = workers.worker_environment(
+            self._base_env, rank=worker.rank, local_rank=worker.local_rank,
+            world_size=settings.nproc_per_node, local_world_size=settings.nproc_per_node,
+            role=settings.role, master_addr=settings.master_addr,
+            master_port=generation.master_port, restart_count=generation.restart_count,
+            max_restarts=settings.max_restarts, run_id=settings.run_id,
+            error_file=worker.error_file, agent_socket=self.agent_address,
+            generation=generation.number)
+        env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
+        launch = standby_client.WorkerLaunch(
+            mode=settings.program.mode, target=settings.program.target,
+            args=settings.program.args, env=env, cwd=os.getcwd())
+        stdout = await worker_output.open_pump(worker.stdout)
+        stderr = await worker_output.open_pump(worker.stderr)
+        try:
+            worker.pid = await standby.spawn(launch, stdout=stdout, stderr=stderr)
+        finally:
+            os.close(stdout)
+            os.close(stderr)
+        worker.started_at = self._clock.monotonic()
+
+    async def close(self) -> None:
+        for standby in (self._standby, self._spare_standby):
+            if standby is not None:
+                await standby.close()
+
+
