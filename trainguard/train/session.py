@@ -402,7 +402,10 @@ class Session:
                                   request_id=request_id, timeout=self._request_timeout)
         if not isinstance(plan, messages.RestorePlan):
             raise SessionError(f"the agent could not plan a restore: {plan}")
-        self._unmap()
+        for slot, mapped in list(self._mapped.items()):
+            if mapped.path != plan.slot_paths[slot]:  # a survivor keeps what it has mapped
+                mapped.close()
+                del self._mapped[slot]
         self._slot_paths = list(plan.slot_paths)
         self._next_slot = plan.next_slot
         self._tracked = state
