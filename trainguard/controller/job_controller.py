@@ -92,7 +92,7 @@ class JobController:
         self._started(generation)
         recovering: _Recovery | None = None
         while True:
-            outcome, missed = await self._watch(generation, recovering)
+            outcome = await self._watch(generation, recovering)
             self._note_progress(generation)
             if outcome is None or outcome.kind is process.OutcomeKind.STOP_REQUESTED:
                 await self._agent.graceful_stop()
@@ -117,22 +117,20 @@ class JobController:
                     and self._faults[recovering.index].recovery is None):
                 # A fault, or the deadline, before every rank stepped: that strategy failed.
                 failed_strategy = recovering.strategy
-                reason = (f"not every rank stepping within {self.settings.recover_timeout:g} s"
-                          if missed else f"a new fault before every rank stepped: "
-                          f"{outcome.fault.describe() if outcome.fault else outcome.detail}")
+                reason = (f"a new fault before every rank stepped: {outcome.fault.describe()}"
+                          if outcome.fault else outcome.detail)
                 self._record(events.RecoveryFailed(
                     job=self._job, generation=generation.number,
                     fault_rank=self._faults[recovering.index].fault.rank,
                     strategy=str(recovering.strategy), reason=reason,
                     seconds=self._clock.monotonic() - recovering.decided_at))
             if outcome.fault is not None:
-                result = await self._handle_fault(generation, outcome.fault, new=True,
-                                                  after=failed_strategy, number=number + 1)
-            else:  # the deadline: the same fault, one strategy further down the chain
+                fault, new = outcome.fault, True
+            else:  # the deadline passed: the same fault goes one strategy further down
                 assert recovering is not None
-                result = await self._handle_fault(
-                    generation, self._faults[recovering.index].fault, new=False,
-                    after=failed_strategy, number=number + 1)
+                fault, new = self._faults[recovering.index].fault, False
+            result = await self._handle_fault(generation, fault, new=new, after=failed_strategy,
+                                              number=number + 1)
             if isinstance(result, str):
                 await self._agent.flush_checkpoints()
                 reason = self._faults[-1].decision.reason
@@ -142,9 +140,9 @@ class JobController:
             number = generation.number
 
     async def _watch(self, generation: api.GenerationHandle, recovering: _Recovery | None
-                     ) -> tuple[process.GenerationOutcome | None, bool]:
-        """The generation's outcome (None if a stop was requested first), and whether an
-        in-process recovery missed its deadline (the outcome is then a fault with no fault)."""
+                     ) -> process.GenerationOutcome | None:
+        """The generation's outcome (None if a stop was requested first); when an in-process
+        recovery misses its deadline, a fault outcome without a fault, saying so."""
         stop = asyncio.create_task(self._stop.wait())
         watcher = None
         waiting: list[asyncio.Future[Any]] = [generation.outcome, stop]
@@ -161,14 +159,16 @@ class JobController:
                 done, _ = await asyncio.wait(waiting, timeout=timeout,
                                              return_when=asyncio.FIRST_COMPLETED)
                 if self._stop.is_set():
-                    return None, False
+                    return None
                 if generation.outcome.done():
-                    return generation.outcome.result(), False
+                    return generation.outcome.result()
                 if watcher is not None and watcher in done:
                     waiting.remove(watcher)  # recovered: watch the generation as any other
                     continue
                 if not done:  # the deadline passed before every rank stepped
-                    return process.GenerationOutcome(process.OutcomeKind.FAULT), True
+                    return process.GenerationOutcome(
+                        process.OutcomeKind.FAULT, detail="not every rank stepping within "
+                        f"{self.settings.recover_timeout:g} s")
         finally:
             for task in (stop, watcher):
                 if task is not None and not task.done():
