@@ -42,9 +42,17 @@ def _recovery(lines: list[str]) -> None:
             "| launcher | fault -> detected | fault -> every rank stepping again | steps lost |",
             "|---|---|---|---|",
         ]
-        for tool, values in medians.items():
+        peers = dict(medians)
+        dlrover = _load("recovery-dlrover")
+        if dlrover is not None:
+            peers.update(dlrover["medians"])
+            lines.insert(len(lines) - 2, f"DLRover: `{_command(dlrover)}`, {dlrover['when']}, "
+                         "the same trial positions (seed 1).")
+            lines.insert(len(lines) - 2, "")
+        for tool, values in peers.items():
             lines.append(f"| {tool} | {_seconds(values['detect_seconds'])} | "
                          f"{_seconds(values['recover_seconds'])} | {values['steps_lost']} |")
+        _strategies(lines, medians, peers)
         ratio = None
         if ours.get("recover_seconds") and theirs.get("recover_seconds"):
             ratio = ours["recover_seconds"] / theirs["recover_seconds"]
@@ -71,6 +79,28 @@ def _recovery(lines: list[str]) -> None:
             "(gloo's timeout); about 96 s with a 60 s process-group timeout.",
             "",
         ]
+
+
+def _strategies(lines: list[str], medians: dict[str, Any], peers: dict[str, Any]) -> None:
+    """Issue 3's targets for the process-level strategies."""
+    best = min((values["recover_seconds"] for tool, values in peers.items()
+                if not tool.startswith("trainguard") and values.get("recover_seconds")),
+               default=None)
+    in_place, retry = medians.get("trainguard-in-place"), medians.get("trainguard-retry")
+    lines.append("")
+    if in_place is not None:
+        seconds = in_place["recover_seconds"]
+        lines.append(f"- recover-in-place, fault -> every rank stepping within 1.0 s: "
+                     f"{_verdict(seconds <= 1.0)} ({_seconds(seconds)})")
+    if retry is not None and retry.get("step_seconds"):
+        steps = retry["recover_seconds"] / retry["step_seconds"]
+        lines.append(f"- step retry within 2 step times: {_verdict(steps <= 2)} "
+                     f"({steps:.2f} step times of {_seconds(retry['step_seconds'])})")
+    for name, values in (("recover-in-place", in_place), ("step retry", retry)):
+        if values is not None and best is not None:
+            share = values["recover_seconds"] / best
+            lines.append(f"- {name} at most 1/2 of the best peer measured "
+                         f"({_seconds(best)}): {_verdict(share <= 0.5)} ({share:.3f} of it)")
 
 
 def _stall(lines: list[str]) -> None:
