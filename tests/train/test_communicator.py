@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 
 from trainguard.train import communicator
@@ -32,3 +33,17 @@ def test_cut_shuts_the_generations_connections_and_spares_the_rest() -> None:
         finally:
             for sock in (old_client, old_server, new_client, new_server, new_listener):
                 sock.close()
+
+
+def test_an_abandoned_object_is_never_destroyed() -> None:
+    destroyed: list[str] = []
+
+    class Group:
+        def __del__(self) -> None:
+            destroyed.append("group")
+
+    group = Group()
+    communicator.abandon(group)
+    del group
+    gc.collect()
+    assert destroyed == []

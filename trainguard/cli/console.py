@@ -71,7 +71,8 @@ def render_summary(report: RunReport, console: Console) -> None:
                               "seen; recovered: fault -> every rank stepping again; lost: "
                               "completed steps redone; +peer: a rank's state came from a "
                               "data-parallel replica",
-                      caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+                      caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                      padding=(0, 1), collapse_padding=True, show_edge=False)
         for column in ("rank", "fault", "step", "strategy", "detected", "recovered", "lost",
                        "restored"):
             table.add_column(column, justify="left" if column in ("fault", "strategy")

@@ -11,6 +11,8 @@ may need the GIL to free a finished work item. So a generation is left in two mo
   its own;
 * the process group and whatever holds it are kept alive, never destroyed (a few megabytes per
   left generation: the gradient buckets of a DDP model), and the next generation opens a new one.
+  Not even at exit (:func:`abandon`): the interpreter's teardown would run the same destructors,
+  and a process that has finished its work would hang on its way out.
 
 The sockets are those opened since the generation began (found in ``/proc/self/fd``, which
 costs microseconds, where listing connections costs milliseconds); listening sockets are left
@@ -22,10 +24,11 @@ open those before :meth:`Session.run`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import socket
 
-__all__ = ["Communicator"]
+__all__ = ["Communicator", "abandon"]
 
 _FDS = "/proc/self/fd"
 
@@ -66,3 +69,11 @@ class Communicator:
                 finally:
                     duplicate.close()
         return count
+
+
+def abandon(*objects: object) -> None:
+    """Keep ``objects`` (and all they hold) until the process is gone, past the interpreter's
+    teardown: one reference is taken that nothing gives back, so no destructor of theirs ever
+    runs. The operating system takes the memory back with the process."""
+    for item in objects:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(item))

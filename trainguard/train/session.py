@@ -143,7 +143,6 @@ class Session:
         self._aborting = threading.Event()  # the agent said: leave this generation
         self._rejoin: messages.Rejoin | None = None  # under _lock
         self._rejoined = threading.Condition(self._lock)
-        self._abandoned: list[object] = []  # left generations' objects, kept alive on purpose
         self._left = False  # this rank has left its current generation
         try:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
@@ -199,12 +198,12 @@ class Session:
             try:
                 return train()
             except GenerationAborted as aborted:
-                self._abandoned.append(aborted)  # its traceback holds the generation's objects
+                communicator.abandon(aborted)  # its traceback holds the generation's objects
             except Exception as error:  # outside a step: setting up, restoring, saving
                 if self._closed:
                     raise
                 self._leave(None, error)
-                self._abandoned.append(error)
+                communicator.abandon(error)
             self._join_next()
 
     def _leave(self, step: int | None, error: BaseException | None) -> None:
@@ -213,7 +212,7 @@ class Session:
             return
         self._communicator.cut()
         self._left = True
-        self._abandoned.extend(_drop_process_group())
+        communicator.abandon(*_drop_process_group())
         text = code = ""
         if error is not None and not self._aborting.is_set():
             text = "".join(traceback.format_exception(error))[-4000:]
@@ -498,7 +497,7 @@ class Session:
 
 
 def _drop_process_group() -> list[object]:
-    """Unregister every process group; returns them, to be kept alive (see communicator)."""
+    """Unregister every process group; returns them, to be abandoned (see communicator)."""
     if not (dist.is_available() and dist.is_initialized()):
         return []
     groups: list[object] = list(distributed_c10d._world.pg_map)
