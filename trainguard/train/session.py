@@ -43,19 +43,14 @@ import dataclasses
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
-import torch
-import torch.distributed as dist
-from torch.distributed import distributed_c10d
-
-from trainguard.ipc import messages, snapshot_layout
-from trainguard.train import agent_link, communicator, error_file, rng, snapshot
+from trainguard.ipc import messages
+from trainguard.train import agent_link, communicator, error_file, process_group, rng, snapshot
 
 __all__ = ["DeviceError", "GenerationAborted", "InjectedFaultError", "RestoreInfo", "Session",
            "SessionError"]
@@ -194,7 +189,8 @@ class Session:
         self._link.send(messages.RecoverySupported(["retry", "recover-in-place", "recover"]))
         while True:
             self._communicator = communicator.Communicator()
-            self._await_store()
+            if self.rank != 0:
+                process_group.await_store(self._aborting)
             try:
                 return train()
             except GenerationAborted as aborted:
@@ -212,7 +208,7 @@ class Session:
             return
         self._communicator.cut()
         self._left = True
-        communicator.abandon(*_drop_process_group())
+        communicator.abandon(*process_group.drop())
         text = code = ""
         if error is not None and not self._aborting.is_set():
             text = "".join(traceback.format_exception(error))[-4000:]
@@ -221,22 +217,6 @@ class Session:
                            self.generation, step, error)
         self._link.send_now(messages.LeftGeneration(self.generation, step, text, code,
                                                     time.monotonic()))
-
-    def _await_store(self, timeout: float = 60.0) -> None:
-        """Until rank 0's rendezvous store accepts connections (rank 0 creates it).
-
-        A rank that reaches ``init_process_group`` before the store exists retries with a
-        backoff that grows to about a second; polling here first lets it connect at once.
-        """
-        if self.rank == 0:
-            return
-        address = (os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                   int(os.environ.get("MASTER_PORT", "0")))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self._aborting.is_set():
-            with contextlib.suppress(OSError), socket.create_connection(address, timeout=1.0):
-                return
-            time.sleep(0.005)
 
     def _join_next(self) -> None:
         """Wait for the agent's Rejoin; the agent ends this process instead if it must go."""
@@ -413,9 +393,9 @@ class Session:
             logger.warning("rank %d: %s", self.rank, plan.note)
         if plan.source is not messages.RestoreSource.NONE:
             try:
-                received = self._exchange_with_peers(plan)
+                received = process_group.exchange_state(plan)
                 header, tree = received or snapshot.read_snapshot(plan.path)
-            except snapshot.SnapshotError as error:
+            except (snapshot.SnapshotError, process_group.ExchangeError) as error:
                 raise SessionError(f"cannot restore from {plan.source}: {error}") from error
             self._load(state, tree["state"])
             if restore_rng and "rng" in tree:
@@ -445,31 +425,6 @@ class Session:
                     f"cannot restore {key!r}: it has no load_state_dict() and the state is not "
                     "a mutable mapping to put it back into")
 
-    def _exchange_with_peers(self, plan: messages.RestorePlan
-                             ) -> tuple[snapshot_layout.SnapshotHeader, Any] | None:
-        """This rank's snapshot (header, tree) when it goes over the network: sent to the ranks
-        ``plan`` names, or received from the rank's peer (R6), over the generation's process
-        group; None when neither."""
-        if plan.source is not messages.RestoreSource.PEER and not plan.send_to:
-            return None
-        if not (dist.is_available() and dist.is_initialized()):
-            raise SessionError("the state comes from a data-parallel peer this time, which needs "
-                               "the process group: call restore() after init_process_group()")
-        if plan.source is messages.RestoreSource.PEER and plan.peer is not None:
-            size = torch.zeros(1, dtype=torch.int64)
-            dist.recv(size, src=plan.peer)
-            payload = torch.empty(int(size.item()), dtype=torch.uint8)
-            dist.recv(payload, src=plan.peer)
-            name = f"rank {plan.peer}'s snapshot"
-        else:
-            payload = snapshot.snapshot_bytes(plan.path)  # read once, for every receiver
-            for rank in plan.send_to:
-                dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst=rank)
-                dist.send(payload, dst=rank)
-            name = plan.path
-        # Copied out: the restored state (an optimizer's, say) may keep the tensors it is given.
-        return snapshot.decode(payload.numpy().data, name=name)
-
     def __enter__(self) -> Session:
         return self
 
@@ -495,11 +450,3 @@ class Session:
             mapped.close()
         self._mapped.clear()
 
-
-def _drop_process_group() -> list[object]:
-    """Unregister every process group; returns them, to be abandoned (see communicator)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return []
-    groups: list[object] = list(distributed_c10d._world.pg_map)
-    dist.destroy_process_group()
-    return groups
