@@ -44,6 +44,7 @@ class FakeWorker:
     error: str = ""
     in_process: bool = False
     left: messages.LeftGeneration | None = None
+    device: int = 0
 
     @property
     def alive(self) -> bool:

@@ -305,7 +305,7 @@ def test_a_separated_device_moves_to_a_spare() -> None:
     assert decision.reason == (
         "raised process: move the failed ranks to spare devices "
         "(not retry: not every fault is transient; not recover-in-place: "
-        "a device fault's level does not allow restarting in place)")
+        "rank 1's device is SeparateNPU (80E3A201), which takes it out of use)")
 
 
 def test_a_separated_device_without_spares_is_dumped() -> None:

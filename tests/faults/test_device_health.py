@@ -1,28 +1,33 @@
-"""Device fault codes and their levels (the original's faultCode.json)."""
+"""Device fault codes, their levels, and how a process fault's device level decides handling."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from trainguard.faults import device_codes, process
-from trainguard.faults.device_codes import Level
+from trainguard.faults import device_health, fault_codes, process
+from trainguard.faults.levels import Level
 
 
-def test_the_memory_error_restarts_business_and_allows_in_place() -> None:
-    assert device_codes.level_of("80E01801") is Level.RESTART_BUSINESS
-    assert device_codes.allows_in_place("80E01801") is True
-    assert "80E01801" in device_codes.RETRYABLE_CODES
+def _level(code: str) -> Level:
+    return fault_codes.default_table().level_of(fault_codes.code_key(code))
+
+
+def test_the_memory_error_restarts_business_allows_in_place_and_is_retried() -> None:
+    assert _level("80E01801") is Level.RESTART_BUSINESS
+    assert device_health.allows_in_place(_level("80E01801")) is True
+    assert fault_codes.code_key("80E01801") in device_health.RETRY_CODES
 
 
 def test_a_separated_device_does_not_allow_in_place() -> None:
-    assert device_codes.level_of("80E3A201") is Level.SEPARATE_NPU
-    assert device_codes.allows_in_place("80E3A201") is False
+    assert _level("80E3A201") is Level.SEPARATE_NPU
+    assert device_health.allows_in_place(_level("80E3A201")) is False
 
 
-@pytest.mark.parametrize("code", ["00000000", "NOT-A-CODE", "", "80E3A20"])
-def test_an_unknown_code_counts_as_separate_npu(code: str) -> None:
-    assert device_codes.level_of(code) is Level.SEPARATE_NPU
-    assert device_codes.allows_in_place(code) is False
+@pytest.mark.parametrize("code", ["00000000", "NOT-A-CODE", "80E3A20"])
+def test_an_unknown_code_of_unknown_severity_counts_as_separate_npu(code: str) -> None:
+    assert _level(code) is Level.SEPARATE_NPU
 
 
 @pytest.mark.parametrize(("code", "level"), [
@@ -30,21 +35,16 @@ def test_an_unknown_code_counts_as_separate_npu(code: str) -> None:
     ("80e3a201", Level.SEPARATE_NPU),
     ("8c1f860b", Level.NOT_HANDLE_FAULT),
     ("80c98008", Level.RESTART_REQUEST),
+    ("xid-79", Level.SEPARATE_NPU),
 ])
 def test_lower_case_codes_are_looked_up(code: str, level: Level) -> None:
-    assert device_codes.level_of(code) is level
-    assert device_codes.level_of(code.upper()) is level
-
-
-def test_lower_case_codes_allow_in_place_as_upper_case_ones() -> None:
-    assert device_codes.allows_in_place("80e01801") is True
-    assert device_codes.allows_in_place("80e3a201") is False
+    assert _level(code) is level
+    assert _level(code.upper()) is level
 
 
 def test_a_code_in_two_lists_gets_the_more_serious_level() -> None:
     # A2301001 is listed under RestartBusiness and SeparateNPU.
-    assert device_codes.level_of("A2301001") is Level.SEPARATE_NPU
-    assert device_codes.allows_in_place("A2301001") is False
+    assert _level("A2301001") is Level.SEPARATE_NPU
 
 
 @pytest.mark.parametrize(("code", "level", "in_place"), [
@@ -54,18 +54,16 @@ def test_a_code_in_two_lists_gets_the_more_serious_level() -> None:
     ("8C03A000", Level.RESTART_NPU, False),
     ("8C0E4E00", Level.FREE_RESTART_NPU, False),
     ("8118043C", Level.PRE_SEPARATE_NPU, False),
+    ("81078603", Level.NOT_HANDLE_FAULT, True),  # a network code, judged apart
 ])
 def test_each_level_and_whether_it_allows_in_place(code: str, level: Level,
                                                    in_place: bool) -> None:
-    assert device_codes.level_of(code) is level
-    assert device_codes.allows_in_place(code) is in_place
+    assert _level(code) is level
+    assert device_health.allows_in_place(level) is in_place
 
 
-def test_the_retryable_codes() -> None:
-    assert sorted(device_codes.RETRYABLE_CODES) == ["80E01801", "8C1F860B"]
-    for code in device_codes.RETRYABLE_CODES:
-        assert device_codes.allows_in_place(code) is True
-        assert device_codes.allows_in_place(code.lower()) is True
+def test_the_retry_codes() -> None:
+    assert sorted(device_health.RETRY_CODES) == [0x80E01801, 0x8C1F860B]
 
 
 # --- how a process fault's code decides retry and in-place --------------------------------------
@@ -86,6 +84,7 @@ def _fault(*, kind: process.ProcessFaultKind = process.ProcessFaultKind.RAISED,
     (process.ProcessFaultKind.RAISED, "80E3A201", False, False),
     (process.ProcessFaultKind.RAISED, "A2301001", False, False),
     (process.ProcessFaultKind.RAISED, "00000000", False, False),
+    (process.ProcessFaultKind.RAISED, "XID-79", False, False),
     (process.ProcessFaultKind.COMMUNICATION, "", True, True),
     (process.ProcessFaultKind.COMMUNICATION, "80E3A201", True, False),
     (process.ProcessFaultKind.EXITED, "", False, True),
@@ -112,3 +111,10 @@ def test_a_communication_fault_describes_the_lost_collective() -> None:
     assert _fault(kind=process.ProcessFaultKind.COMMUNICATION,
                   detail="allreduce timed out").describe() == (
         "rank 2 (pid 77) lost its collective (allreduce timed out)")
+
+
+def test_an_escalated_device_level_overrides_the_codes_level() -> None:
+    fault = dataclasses.replace(_fault(code="80E01801"), level=Level.MANUALLY_SEPARATE_NPU)
+
+    assert (fault.retryable, fault.in_place) == (False, False)
+    assert _fault(code="80E01801").device_level is Level.RESTART_BUSINESS

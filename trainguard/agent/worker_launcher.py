@@ -90,7 +90,7 @@ class WorkerLauncher:
         return workers.WorkerState(
             rank=rank, local_rank=local_rank, error_file=error_file,
             stdout=pump(worker_output.Std.OUT), stderr=pump(worker_output.Std.ERR),
-            started_at=self._clock.monotonic())
+            started_at=self._clock.monotonic(), device=self._devices[rank])
 
     async def spawn(self, generation: workers.Generation, ranks: Iterable[int], *,
                     on_spare: bool = False) -> None:

@@ -114,6 +114,7 @@ class WorkerState:
     ended_after_finishing: bool = False  # it hung on its way out and the agent ended it
     in_process: bool = False  # it trains under Session.run: it can leave and rejoin generations
     left: messages.LeftGeneration | None = None  # it left the generation and awaits orders
+    device: int = 0  # the device it runs on (TRAINGUARD_DEVICE)
 
     def carry_over(self) -> None:
         """The process joins the next generation: forget what belonged to the last one."""

@@ -1,12 +1,14 @@
 """``trainguard demo`` (what ``make run`` runs): the main job, with faults, then the proof.
 
 A 4-rank DDP job on CPU gets a crash (SIGKILL), a simulated device memory error, a hang
-(SIGSTOP) and a simulated device fault injected at fixed steps; trainguard detects each and
-recovers it live at the finest level that works: the crashed and the hung rank get a new
-process while the others keep theirs (recover-in-place), the memory error is retried in the
-step by every process (retry), and the faulty device's rank moves to a spare device with its
-state from a replica (recover). The same job then runs again without faults, and the two runs'
-final parameters are compared bit for bit.
+(SIGSTOP), the same memory error again on the same device, and a simulated device fault,
+injected at fixed steps; trainguard detects each and recovers it live at the finest level that
+works: the crashed and the hung rank get a new process while the others keep theirs
+(recover-in-place), the first memory error is retried in the step by every process (retry). The
+second one within a day raises the device to ManuallySeparateNPU (the original's default
+FaultFrequency rule: twice in 24 h), so its rank moves to a spare device with its state from a
+replica (recover), as does the faulty device's. The same job then runs again without faults,
+and the two runs' final parameters are compared bit for bit.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def _settings(*, run_root: Path, run_id: str, nproc: int, steps: int, width: int
     return launcher.RunSettings(
         agent=node_agent.AgentSettings(
             nproc_per_node=nproc, program=program, run_id=run_id, run_dir=run_dir,
-            max_restarts=len(faults) + 2, output=output, fault_plan=faults, spare_devices=1),
+            max_restarts=len(faults) + 2, output=output, fault_plan=faults, spare_devices=2),
         checkpoint=checkpoint_memory.CheckpointSettings(persist_interval=10.0),
         recovery=policy.RecoverySettings(max_restarts=len(faults) + 2),
         progress_interval=5.0)
@@ -74,11 +76,12 @@ def demo(
     if steps < 50 or nproc < 2:
         raise typer.BadParameter("the demo needs --steps >= 50 and --nproc-per-node >= 2")
     faults = (
-        fault_injection.PlannedFault(messages.InjectionKind.CRASH, 1, steps // 5),
-        fault_injection.PlannedFault(messages.InjectionKind.MEMORY_ERROR, 0, steps * 2 // 5),
-        fault_injection.PlannedFault(messages.InjectionKind.HANG, nproc - 2, steps * 3 // 5),
+        fault_injection.PlannedFault(messages.InjectionKind.CRASH, 1, steps // 6),
+        fault_injection.PlannedFault(messages.InjectionKind.MEMORY_ERROR, 0, steps * 2 // 6),
+        fault_injection.PlannedFault(messages.InjectionKind.HANG, nproc - 2, steps * 3 // 6),
+        fault_injection.PlannedFault(messages.InjectionKind.MEMORY_ERROR, 0, steps * 4 // 6),
         fault_injection.PlannedFault(messages.InjectionKind.DEVICE_ERROR, nproc - 1,
-                                     steps * 4 // 5),
+                                     steps * 5 // 6),
     )
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     console.rule("[bold]trainguard demo")

@@ -29,6 +29,10 @@ class WorkerView(Protocol):
         ...
     @property
     def left(self) -> messages.LeftGeneration | None: ...
+    @property
+    def device(self) -> int:
+        """The device it runs on; its faults' codes are graded against that device's history."""
+        ...
 
     def excerpt(self) -> str:
         """The worker's error: its error file or the end of its stderr."""

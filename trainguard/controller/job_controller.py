@@ -14,7 +14,8 @@ from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.controller import api, policy
-from trainguard.faults import events, process
+from trainguard.faults import device_health, events, process
+from trainguard.faults.device_events import Assertion, DeviceFaultEvent
 from trainguard.store import recorder
 
 __all__ = ["FaultRecord", "JobController", "JobResult"]
@@ -62,8 +63,12 @@ class JobController:
         agent: api.AgentHandle,
         recorder: recorder.EventRecorder,
         clock: clocks.Clock,
+        device_faults: device_health.FaultEngine | None = None,
     ) -> None:
         self.settings = settings
+        self.device_faults = device_faults or device_health.FaultEngine()
+        """Grades device codes: swapped for one with new configuration at run time."""
+        self._graded: dict[tuple[int, int], device_health.DeviceHealth] = {}
         self._job = job
         self._world_size = world_size
         self._agent = agent
@@ -192,7 +197,8 @@ class JobController:
                                         error_excerpt=generation.workers[fault.rank].excerpt())
             self._record(events.FaultDetected.of(job=self._job, generation=generation.number,
                                                  fault=fault))
-        others = self._others(generation, fault)
+        fault = self._grade(generation, fault)
+        others = [self._grade(generation, other) for other in self._others(generation, fault)]
         while True:
             context = self._context(generation, fault, others=others, spent=spent)
             decision = policy.decide(self.settings, context, after=after)
@@ -265,6 +271,26 @@ class JobController:
             in_process=all(w.in_process for w in workers),
             alive=[w.rank for w in workers if w.alive],
             spares_left=self._agent.spares_left, layout=self._agent.layout)
+
+    def _grade(self, generation: api.GenerationHandle, fault: process.ProcessFault
+               ) -> process.ProcessFault:
+        """A fault with a device code gets its device's level; the code enters the device's
+        history once, however often the fault is looked at."""
+        if not fault.code:
+            return fault
+        key = (generation.number, fault.rank)
+        health = self._graded.get(key)
+        if health is None:
+            device = f"device-{generation.workers[fault.rank].device}"
+            health = self.device_faults.report(
+                DeviceFaultEvent(device, fault.code, Assertion.ONCE, self._clock.wall()))
+            self._graded[key] = health
+            self._record(events.DeviceFaultGraded(
+                job=self._job, generation=generation.number, rank=fault.rank, device=device,
+                code=fault.code, level=str(health.level), reset_policy=str(health.reset_policy),
+                fault_type=str(health.fault_type or ""),
+                upgrade_reasons=[reason.to_data() for reason in health.added]))
+        return dataclasses.replace(fault, device=health.device, level=health.level)
 
     def _others(self, generation: api.GenerationHandle, fault: process.ProcessFault
                 ) -> list[process.ProcessFault]:

@@ -177,19 +177,27 @@ def may_be_crash_loop(settings: RecoverySettings, context: FaultContext) -> bool
             and fault.returncode != -signal.SIGKILL and not fault.alive)
 
 
+def _out_of_use(faults: Sequence[process.ProcessFault]) -> str:
+    fault = faults[0]
+    where = fault.device or f"rank {fault.rank}'s device"
+    return f"{where} is {fault.device_level} ({fault.code}), which takes it out of use"
+
+
 def _why_not(strategy: Strategy, context: FaultContext) -> str | None:
     """Why ``strategy`` does not fit the fault; None when it does."""
     failed = {f.rank for f in context.failed}
     if strategy in IN_PROCESS and not context.in_process:
         return "the training script does not run under Session.run"
+    held = [f for f in context.failed if not f.in_place]
     if strategy is Strategy.RETRY:
         if not all(f.retryable for f in context.failed):
-            return "not every fault is transient"
+            escalated = [f for f in held if f.retry_code]
+            return _out_of_use(escalated) if escalated else "not every fault is transient"
         if len(context.alive) < context.world_size:
             return "a process is gone"
     elif strategy is Strategy.RECOVER_IN_PLACE:
-        if not all(f.in_place for f in context.failed):
-            return "a device fault's level does not allow restarting in place"
+        if held:
+            return _out_of_use(held)
     elif strategy in (Strategy.RECOVER, Strategy.DUMP):
         if strategy is Strategy.RECOVER and context.spares_left < len(failed):
             return f"{context.spares_left} spare devices for {len(failed)} failed ranks"

@@ -16,7 +16,9 @@ __all__ = [
     "CheckpointPersisted",
     "CheckpointRejected",
     "DecisionMade",
+    "DeviceFaultGraded",
     "Event",
+    "FaultConfigLoaded",
     "FaultDetected",
     "FaultInjectionRequested",
     "GenerationStarted",
@@ -153,6 +155,43 @@ class RecoveryFailed(Event):
 
     def summary(self) -> str:
         return f"{self.strategy} failed after {self.seconds:.2f} s: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFaultGraded(Event):
+    """A fault's device code was graded: the device's level, from its codes and history."""
+
+    KIND: ClassVar[str] = "device-fault-graded"
+    generation: int
+    rank: int
+    device: str
+    code: str
+    level: str
+    reset_policy: str
+    fault_type: str
+    upgrade_reasons: list[dict[str, object]]  # UpgradeFaultReason entries added now
+
+    def summary(self) -> str:
+        why = ", ".join(f"{reason['upgrade_type']} of {reason['fault_code']}"
+                        for reason in self.upgrade_reasons)
+        return (f"{self.device}: {self.code} -> {self.level} (policy {self.reset_policy}"
+                + (f"; raised by {why})" if why else ")"))
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultConfigLoaded(Event):
+    """The fault configuration files were read (at start, or again after a change)."""
+
+    KIND: ClassVar[str] = "fault-config-loaded"
+    directory: str
+    reloaded: bool  # a change took effect in the running job
+    problems: list[str]  # each entry ignored or defaulted, each file that could not be used
+
+    def summary(self) -> str:
+        what = "reloaded" if self.reloaded else "read"
+        found = (f"; {len(self.problems)} problems: " + "; ".join(self.problems)
+                 if self.problems else "")
+        return f"fault configuration {what} from {self.directory}{found}"
 
 
 @dataclasses.dataclass(frozen=True)

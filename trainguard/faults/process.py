@@ -6,7 +6,8 @@ import dataclasses
 import enum
 import signal
 
-from trainguard.faults import device_codes
+from trainguard.faults import device_health, fault_codes
+from trainguard.faults.levels import Level
 
 __all__ = [
     "GenerationOutcome",
@@ -71,17 +72,36 @@ class ProcessFault:
     error_excerpt: str = ""
     code: str = ""  # the device fault code, for a device fault
     alive: bool = False  # the process is still there (it left its generation without exiting)
+    device: str = ""  # the device it ran on
+    level: Level | None = None
+    """The device's level when the fault came (its codes, escalated by its history); without
+    it, the level of ``code`` alone in the default table."""
+
+    @property
+    def device_level(self) -> Level:
+        if self.level is not None:
+            return self.level
+        if not self.code:
+            return Level.NORMAL_NPU
+        return fault_codes.default_table().level_of(fault_codes.code_key(self.code))
 
     @property
     def retryable(self) -> bool:
-        """Redoing the step may succeed: a transient device or link error (H5)."""
-        return (self.kind is ProcessFaultKind.COMMUNICATION
-                or self.code.upper() in device_codes.RETRYABLE_CODES)
+        """Redoing the step may succeed: a link error, or a device error a retry clears on a
+        device whose level lets it stay in use (H5)."""
+        if self.kind is ProcessFaultKind.COMMUNICATION:
+            return True
+        return self.retry_code and self.in_place
+
+    @property
+    def retry_code(self) -> bool:
+        """Its device code is one a step retry is known to clear."""
+        return bool(self.code) and fault_codes.code_key(self.code) in device_health.RETRY_CODES
 
     @property
     def in_place(self) -> bool:
         """Restarting the process on its device may succeed (H4 recover-in-place)."""
-        return not self.code or device_codes.allows_in_place(self.code)
+        return device_health.allows_in_place(self.device_level)
 
     @property
     def detect_seconds(self) -> float | None:
