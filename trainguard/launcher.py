@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -28,8 +28,8 @@ from trainguard.agent import (
     step_statistics,
 )
 from trainguard.controller import job_controller, policy
-from trainguard.detect import heartbeat
-from trainguard.faults import events
+from trainguard.detect import fault_config, heartbeat
+from trainguard.faults import device_health, events
 from trainguard.store import api as store_api
 from trainguard.store import recorder, sqlite
 
@@ -60,6 +60,16 @@ class RunSettings:
     that too little memory is an error at once; 0 reserves at the first snapshot."""
     progress_interval: float = 5.0
     """Seconds between progress lines on the console (0: none)."""
+    fault_config_dir: Path | None = None
+    """A directory with the original's fault configuration files (faultCode.json,
+    faultCustomization.json, ...), re-read when one changes; None: the shipped defaults."""
+    fault_config_interval: float = 2.0
+    """Seconds between looks for changed fault configuration files (> 0)."""
+
+    def __post_init__(self) -> None:
+        if not self.fault_config_interval > 0:
+            raise ValueError("fault-config-interval must be > 0 seconds, got "
+                             f"{self.fault_config_interval}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +113,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             started).
     """
     agent_settings = settings.agent
+    if settings.fault_config_dir is not None and not settings.fault_config_dir.is_dir():
+        raise LaunchError(f"fault-config-dir: {settings.fault_config_dir} is not a directory")
     run_dir = agent_settings.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = settings.checkpoint.checkpoint_dir or run_dir / "checkpoints"
@@ -134,9 +146,19 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     agent = node_agent.NodeAgent(
         agent_settings, detector=heartbeat.HangDetector(settings.heartbeat), checkpoints=memory,
         clock=clock, base_env=env, on_injection=note_injection)
+    config = (fault_config.FaultConfigDirectory(settings.fault_config_dir)
+              if settings.fault_config_dir is not None else None)
+    engine = device_health.FaultEngine()
+    if config is not None:
+        _, problems = config.poll()
+        events_recorder.record(events.FaultConfigLoaded(
+            job=agent_settings.run_id, directory=str(config.directory), reloaded=False,
+            problems=[problem.describe() for problem in problems]))
+        engine = device_health.FaultEngine(table=config.config.codes,
+                                           customization=config.config.customization)
     controller = job_controller.JobController(
         settings.recovery, job=agent_settings.run_id, world_size=agent_settings.nproc_per_node,
-        agent=agent, recorder=events_recorder, clock=clock)
+        agent=agent, recorder=events_recorder, clock=clock, device_faults=engine)
     if observer is not None:
         events_recorder.subscribe(observer.event)
         observer.started(run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir)
@@ -144,6 +166,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     assert main is not None
     with _signals_stop(settings.signals, controller, main):
         progress = asyncio.create_task(_report_progress(agent, observer, settings))
+        watch = asyncio.create_task(_watch_fault_config(
+            config, engine, settings, events_recorder.record, clock))
         try:
             try:
                 await agent.start()
@@ -152,7 +176,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             result = await controller.run()
         finally:
             progress.cancel()
-            await asyncio.gather(progress, return_exceptions=True)
+            watch.cancel()
+            await asyncio.gather(progress, watch, return_exceptions=True)
             await agent.close()
             store.close()
     return RunReport(
@@ -199,3 +224,23 @@ async def _report_progress(agent: node_agent.NodeAgent, observer: RunObserver | 
         await asyncio.sleep(settings.progress_interval)
         observer.progress(agent.progress())
 
+
+
+async def _watch_fault_config(config: fault_config.FaultConfigDirectory | None,
+                              engine: device_health.FaultEngine, settings: RunSettings,
+                              record: Callable[[events.Event], object],
+                              clock: clocks.Clock) -> None:
+    """Applies changed fault configuration files to the running job; a file that cannot be used
+    leaves the last good configuration in force."""
+    if config is None:
+        return
+    while True:
+        await asyncio.sleep(settings.fault_config_interval)
+        changed, problems = config.poll()
+        if changed:
+            engine.reconfigure(table=config.config.codes,
+                               customization=config.config.customization)
+        if changed or problems:
+            record(events.FaultConfigLoaded(
+                job=settings.agent.run_id, directory=str(config.directory), reloaded=changed,
+                problems=[problem.describe() for problem in problems]))

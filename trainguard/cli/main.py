@@ -12,7 +12,7 @@ from rich.table import Table
 
 from trainguard import __version__, testing
 from trainguard.agent import control, node_agent
-from trainguard.cli import demo_command, logs, run_command, runs
+from trainguard.cli import config_command, demo_command, faults_command, logs, run_command, runs
 from trainguard.ipc import messages
 from trainguard.launcher import STORE_NAME
 from trainguard.store import sqlite
@@ -23,6 +23,8 @@ app = typer.Typer(help="trainguard: resumable training for distributed PyTorch j
                   no_args_is_help=True, add_completion=False)
 fault_app = typer.Typer(help="Inject faults into a running job.", no_args_is_help=True)
 app.add_typer(fault_app, name="fault")
+app.add_typer(faults_command.faults_app, name="faults")
+app.add_typer(config_command.config_app, name="config")
 
 RunDir = Annotated[Path | None, typer.Option(help="The run directory (default: the newest "
                                              "under --run-root).")]

@@ -1,0 +1,116 @@
+"""``trainguard faults explain`` and ``replay``: the fault engine for operators."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainguard.clock import iso_utc
+from trainguard.detect import fault_config
+from trainguard.faults import device_health, explain, replay
+
+__all__ = ["faults_app"]
+
+faults_app = typer.Typer(help="Fault codes and levels: explain a code, replay a timeline.",
+                         no_args_is_help=True)
+
+ConfigDir = Annotated[Path | None, typer.Option(
+    help="A directory with your faultCode.json, faultCustomization.json, SwitchFaultCode.json, "
+         "NodeDConfiguration.json, publicFaultConfiguration.json or publicCustomization.json "
+         "(default: the shipped ones, which are the original's).",
+    exists=True, file_okay=False)]
+
+
+def _config(directory: Path | None) -> fault_config.FaultConfig:
+    if directory is None:
+        return fault_config.FaultConfig()
+    config = fault_config.FaultConfigDirectory(directory)
+    _, problems = config.poll()
+    for problem in problems:
+        typer.echo(f"trainguard: {problem.describe()}", err=True)
+    return config.config
+
+
+@faults_app.command("explain")
+def explain_code(
+    code: Annotated[str, typer.Argument(help="A device code (80E01801, XID-79), a public fault "
+                                        "code (9 digits) or a switch code ([0x...,...]).")],
+    config_dir: ConfigDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Say what a fault code means here: its level, where that comes from, its reset policy,
+    and the rules that can raise it."""
+    config = _config(config_dir)
+    explanation = explain.explain(code, codes=config.codes, customization=config.customization,
+                                  public=config.public, switch=config.switch, node=config.node)
+    if as_json:
+        typer.echo(json.dumps(explanation.to_data()))
+        return
+    typer.echo(explanation.code)
+    width = max(len(label) for label, _ in explanation.lines)
+    for label, text in explanation.lines:
+        typer.echo(f"  {label.ljust(width)}  {text}")
+    if not explanation.known:
+        raise typer.Exit(1)
+
+
+@faults_app.command("replay")
+def replay_timeline(
+    events_file: Annotated[Path, typer.Argument(
+        metavar="EVENTS.jsonl", exists=True, dir_okay=False,
+        help="One JSON object per line, in time order: {\"time\": 0, \"device\": \"npu-0\", "
+             "\"code\": \"81078603\", \"assertion\": \"occur\"}; also {\"time\": T, \"device\": "
+             "D, \"release\": true} (an operator clears ManuallySeparateNPU), {\"time\": T, "
+             "\"customization\": {...}} (a new faultCustomization.json) and {\"time\": T}. "
+             "time: seconds or ISO-8601.")],
+    config_dir: ConfigDir = None,
+    period: Annotated[float, typer.Option(
+        help="Seconds between evaluations when no event comes, as a device plugin polls.",
+        min=0.001)] = 1.0,
+    until: Annotated[str | None, typer.Option(
+        help="Go on evaluating until this time (seconds or ISO-8601) after the last event.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per change.")] = False,
+) -> None:
+    """Replay a timeline of device fault events and print every level change and why."""
+    config = _config(config_dir)
+    try:
+        with events_file.open(encoding="utf-8") as lines:
+            records = replay.parse_timeline(lines)
+        end = (replay.parse_time(until if ":" in until else float(until), 0)
+               if until is not None else None)
+    except (replay.TimelineError, UnicodeDecodeError, ValueError) as error:
+        typer.echo(f"trainguard: {events_file}: {error}", err=True)
+        raise typer.Exit(2) from error
+    for record in records:
+        for problem in record.problems:
+            typer.echo(f"trainguard: {problem.describe()}", err=True)
+    engine = device_health.FaultEngine(table=config.codes, customization=config.customization)
+    dated = any(record.time > 10**9 for record in records[:1])
+    start = records[0].time if records else 0.0
+    count = 0
+    for change in replay.replay(records, engine=engine, period=period, until=end):
+        count += 1
+        if as_json:
+            typer.echo(json.dumps(change.to_data()))
+            continue
+        when = iso_utc(change.time) if dated else _elapsed(change.time - start)
+        reasons = "".join(f"  +{r.upgrade_type} {r.fault_code}" for r in change.added)
+        reasons += "".join(f"  -{r.upgrade_type} {r.fault_code}" for r in change.removed)
+        part = f" {change.fault_type}" if change.fault_type else ""
+        typer.echo(f"{when}  {change.device}  {change.before} -> {change.after}{part} "
+                   f"(policy {change.reset_policy}){reasons}  [{change.cause}]")
+    if not as_json:
+        typer.echo(f"{len(records)} records, {count} changes")
+
+
+def _elapsed(seconds: float) -> str:
+    """``+1d02:03:04.5``: time since the timeline's first record."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, rest = divmod(rest, 60)
+    day = f"{int(days)}d" if days else ""
+    return f"+{day}{int(hours):02d}:{int(minutes):02d}:{rest:04.1f}"

@@ -1,0 +1,181 @@
+"""The fault configuration files an operator brings, read from a directory and re-read on change.
+
+The files and their formats are the original's, unchanged (NOTES §2): ``faultCode.json``,
+``faultCustomization.json``, ``SwitchFaultCode.json``, ``NodeDConfiguration.json`` and
+``publicFaultConfiguration.json`` (overridden by ``publicCustomization.json``). A file that is
+absent takes our shipped default, which is the original's. A bad entry is skipped or defaulted
+as the original does, and reported. A file that cannot be used at all (unreadable, not JSON, a
+symbolic link where one is refused) is reported too: at start it takes the default; later the
+last good configuration stays in force, so a bad edit never stops a running job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainguard.faults import customization, fault_codes, node_faults, public_faults, switch_faults
+from trainguard.faults.config_problems import Action, ConfigProblem
+
+__all__ = ["ConfigKind", "FaultConfig", "FaultConfigDirectory", "kind_of", "parse_file"]
+
+logger = logging.getLogger(__name__)
+
+
+class ConfigKind(enum.StrEnum):
+    """A configuration file, by its name in the original."""
+
+    FAULT_CODE = "faultCode.json"
+    FAULT_CUSTOMIZATION = "faultCustomization.json"
+    SWITCH_FAULT_CODE = "SwitchFaultCode.json"
+    NODED_CONFIGURATION = "NodeDConfiguration.json"
+    PUBLIC_FAULT_CONFIGURATION = "publicFaultConfiguration.json"
+    PUBLIC_CUSTOMIZATION = "publicCustomization.json"
+
+
+def kind_of(path: Path) -> ConfigKind | None:
+    """The kind of a file from its name; None for a name the original does not use."""
+    try:
+        return ConfigKind(path.name)
+    except ValueError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultConfig:
+    """Every fault table in force."""
+
+    codes: fault_codes.CodeTable = dataclasses.field(default_factory=fault_codes.default_table)
+    customization: customization.Customization = dataclasses.field(
+        default_factory=customization.default_customization)
+    switch: switch_faults.SwitchCodeTable = dataclasses.field(
+        default_factory=switch_faults.default_switch_table)
+    node: node_faults.NodeCodeTable = dataclasses.field(
+        default_factory=node_faults.default_node_table)
+    public: public_faults.PublicFaultConfig = dataclasses.field(
+        default_factory=public_faults.PublicFaultConfig.default)
+
+
+def _public(document: object, file: str
+            ) -> tuple[public_faults.PublicFaultConfig | None, list[ConfigProblem]]:
+    """A public fault file whose shape is wrong is refused as a whole, as the original does."""
+    try:
+        return public_faults.PublicFaultConfig.from_document(document, file=file)
+    except ValueError as error:
+        return None, [ConfigProblem(file, "", "", str(error), Action.IGNORED)]
+
+
+_Parser = Callable[[object, str], tuple[Any, list[ConfigProblem]]]
+_PARSERS: dict[ConfigKind, _Parser] = {
+    ConfigKind.FAULT_CODE: lambda document, file: _with_gpu_codes(
+        fault_codes.CodeTable.from_document(document, file=file)),
+    ConfigKind.FAULT_CUSTOMIZATION: lambda document, file: (
+        customization.Customization.from_document(document, file=file)),
+    ConfigKind.SWITCH_FAULT_CODE: lambda document, file: (
+        switch_faults.SwitchCodeTable.from_document(document, file=file)),
+    ConfigKind.NODED_CONFIGURATION: lambda document, file: (
+        node_faults.NodeCodeTable.from_document(document, file=file)),
+    ConfigKind.PUBLIC_FAULT_CONFIGURATION: _public,
+    ConfigKind.PUBLIC_CUSTOMIZATION: _public,
+}
+
+
+
+def _with_gpu_codes(loaded: tuple[fault_codes.CodeTable, list[ConfigProblem]]
+                    ) -> tuple[fault_codes.CodeTable, list[ConfigProblem]]:
+    """An operator's faultCode.json, with our GPU codes where it says nothing of them."""
+    table, problems = loaded
+    return table.merged(fault_codes.default_table()), problems
+
+
+def parse_file(path: Path, kind: ConfigKind) -> tuple[Any | None, list[ConfigProblem]]:
+    """The loaded configuration of one file, or None when the file cannot be used at all."""
+    file = str(path)
+    if kind is ConfigKind.PUBLIC_CUSTOMIZATION and path.is_symlink():
+        return None, [ConfigProblem(file, "", "", "a symbolic link is refused for "
+                                    "publicCustomization.json", Action.IGNORED)]
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        return None, [ConfigProblem(file, "", "", f"cannot be read ({error.strerror})",
+                                    Action.IGNORED)]
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return None, [ConfigProblem(file, "", "", f"not valid JSON ({error})", Action.IGNORED)]
+    loaded, problems = _PARSERS[kind](document, file)
+    return loaded, problems
+
+
+_FIELDS: dict[str, tuple[ConfigKind, ...]] = {
+    "codes": (ConfigKind.FAULT_CODE,),
+    "customization": (ConfigKind.FAULT_CUSTOMIZATION,),
+    "switch": (ConfigKind.SWITCH_FAULT_CODE,),
+    "node": (ConfigKind.NODED_CONFIGURATION,),
+    "public": (ConfigKind.PUBLIC_CUSTOMIZATION, ConfigKind.PUBLIC_FAULT_CONFIGURATION),
+}
+"""Each configuration in force, and the files it comes from, the first present one winning."""
+
+
+class FaultConfigDirectory:
+    """The configuration files of one directory, re-read when one changes."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.config = FaultConfig()
+        self._seen: dict[ConfigKind, tuple[int, int, int] | None] = {}
+
+    def _signature(self, kind: ConfigKind) -> tuple[int, int, int] | None:
+        try:
+            status = os.lstat(self.directory / kind)
+        except FileNotFoundError:
+            return None
+        return status.st_mtime_ns, status.st_size, status.st_ino
+
+    def poll(self) -> tuple[bool, list[ConfigProblem]]:
+        """Re-read what changed since the last poll (everything, the first time): whether the
+        configuration in force changed, and the problems found (also logged)."""
+        first = not self._seen
+        touched = set()
+        for kind in ConfigKind:
+            signature = self._signature(kind)
+            if first or self._seen.get(kind) != signature:
+                self._seen[kind] = signature
+                touched.add(kind)
+        values: dict[str, Any] = {}
+        problems: list[ConfigProblem] = []
+        for field, kinds in _FIELDS.items():
+            if touched.isdisjoint(kinds):
+                continue
+            value = self._load(kinds, first=first, problems=problems)
+            if value is not None:
+                values[field] = value
+        self.config = dataclasses.replace(self.config, **values)
+        for problem in problems:
+            logger.warning("fault configuration: %s", problem.describe())
+        return bool(values) and not first, problems
+
+    def _load(self, kinds: tuple[ConfigKind, ...], *, first: bool,
+              problems: list[ConfigProblem]) -> Any | None:
+        """The first present file's configuration; the default when none is present; None to
+        keep what is in force (a file that cannot be used, while running)."""
+        for kind in kinds:
+            if self._seen[kind] is None:
+                continue
+            loaded, found = parse_file(self.directory / kind, kind)
+            if loaded is not None:
+                problems.extend(found)
+                return loaded
+            action = Action.DEFAULT_USED if first else Action.KEPT_LAST_GOOD
+            problems.extend(dataclasses.replace(problem, action=action) for problem in found)
+            if not first:
+                return None
+        return getattr(FaultConfig(), _field_of(kinds[0]))
+
+
+def _field_of(kind: ConfigKind) -> str:
+    return next(field for field, kinds in _FIELDS.items() if kind in kinds)

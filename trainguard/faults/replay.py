@@ -1,0 +1,189 @@
+"""Replaying a timeline of device fault events through the engine (``trainguard faults replay``).
+
+For operators checking a customization before rolling it out, and for tests. A timeline is JSON
+lines, in time order; ``time`` is seconds (any origin) or an ISO-8601 time:
+
+* ``{"time": 0, "device": "npu-0", "code": "81078603", "assertion": "occur"}``: a fault event
+  (``assertion``: occur, recover or once);
+* ``{"time": 90000, "device": "npu-0", "release": true}``: an operator clears the device's
+  ManuallySeparateNPU;
+* ``{"time": 3600, "customization": {...}}``: a new faultCustomization.json takes effect;
+* ``{"time": 7200}``: nothing happens; devices are evaluated then.
+
+Between records, every device is evaluated each ``period`` seconds, as the original's device
+plugin does on its polling period, so changes that come with time alone (a fault lasting past
+its timeout, a release window passing) appear when they happen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+from collections.abc import Iterable, Iterator
+
+from trainguard.faults import customization as customizations
+from trainguard.faults import device_health
+from trainguard.faults.config_problems import ConfigProblem
+from trainguard.faults.device_events import Assertion, DeviceFaultEvent, UpgradeReason
+from trainguard.faults.levels import FaultType, Level, ResetPolicy
+
+__all__ = ["LevelChange", "TimelineError", "TimelineRecord", "parse_time", "parse_timeline",
+           "replay"]
+
+
+class TimelineError(ValueError):
+    """A line of a timeline that cannot be replayed; the message names the line and field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineRecord:
+    line: int
+    time: float
+    event: DeviceFaultEvent | None = None
+    release: str = ""  # the device to release
+    customization: customizations.Customization | None = None
+    problems: tuple[ConfigProblem, ...] = ()  # of the customization
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelChange:
+    time: float
+    device: str
+    before: Level
+    after: Level
+    fault_type: FaultType | None
+    reset_policy: ResetPolicy
+    cause: str  # the record that caused it, or "time passed"
+    added: tuple[UpgradeReason, ...] = ()
+    removed: tuple[UpgradeReason, ...] = ()
+
+    def to_data(self) -> dict[str, object]:
+        return {"time": self.time, "device": self.device, "before": str(self.before),
+                "after": str(self.after),
+                "fault_type": str(self.fault_type) if self.fault_type else None,
+                "reset_policy": str(self.reset_policy), "cause": self.cause,
+                "added": [reason.to_data() for reason in self.added],
+                "removed": [reason.to_data() for reason in self.removed]}
+
+
+def parse_time(value: object, line: int) -> float:
+    """Seconds from a number of seconds or an ISO-8601 time (UTC unless it says)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TimelineError(f"line {line}: time: expected seconds or an ISO-8601 time, "
+                            f"got {value!r}")
+    if isinstance(value, str):
+        try:
+            moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise TimelineError(f"line {line}: time: {value!r} is not an ISO-8601 time"
+                                ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.UTC)
+        return moment.timestamp()
+    if not math.isfinite(value):
+        raise TimelineError(f"line {line}: time: {value!r} is not a finite number")
+    return float(value)
+
+
+def _record(data: object, line: int) -> TimelineRecord:
+    if not isinstance(data, dict):
+        raise TimelineError(f"line {line}: expected a JSON object")
+    if "time" not in data:
+        raise TimelineError(f"line {line}: time: missing")
+    time = parse_time(data["time"], line)
+    if "customization" in data:
+        chosen, problems = customizations.Customization.from_document(
+            data["customization"], file=f"line {line} customization")
+        return TimelineRecord(line, time, customization=chosen, problems=tuple(problems))
+    device = data.get("device")
+    if device is None and len(data) == 1:
+        return TimelineRecord(line, time)
+    if not isinstance(device, str) or not device:
+        raise TimelineError(f"line {line}: device: expected a device name, got {device!r}")
+    if data.get("release") is True:
+        return TimelineRecord(line, time, release=device)
+    code = data.get("code")
+    if not isinstance(code, str) or not code.strip():
+        raise TimelineError(f"line {line}: code: expected a fault code, got {code!r}")
+    try:
+        assertion = Assertion(data.get("assertion", "occur"))
+    except ValueError:
+        raise TimelineError(f"line {line}: assertion: {data.get('assertion')!r} is not one of "
+                            f"{', '.join(a.value for a in Assertion)}") from None
+    return TimelineRecord(line, time, event=DeviceFaultEvent(device, code, assertion, time))
+
+
+def parse_timeline(lines: Iterable[str]) -> list[TimelineRecord]:
+    """The timeline's records; blank lines and lines starting with ``#`` are skipped.
+
+    Raises:
+        TimelineError: a line that is not a record, or a time earlier than the line before.
+    """
+    records: list[TimelineRecord] = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise TimelineError(f"line {number}: not JSON ({error.msg})") from None
+        record = _record(data, number)
+        if records and record.time < records[-1].time:
+            raise TimelineError(f"line {number}: time: {record.time} is earlier than the "
+                                f"line before ({records[-1].time}); a timeline is in time order")
+        records.append(record)
+    return records
+
+
+def replay(records: Iterable[TimelineRecord], *, engine: device_health.FaultEngine,
+           period: float = 1.0, until: float | None = None) -> Iterator[LevelChange]:
+    """Each change of a device's level, in time order.
+
+    ``period``: seconds between evaluations when no record comes (> 0); ``until``: evaluate up
+    to this time after the last record.
+    """
+    if not period > 0:
+        raise ValueError(f"period must be > 0 seconds, got {period}")
+    levels: dict[str, Level] = {}
+    clock: float | None = None
+
+    def changed(health: device_health.DeviceHealth, time: float, cause: str
+                ) -> Iterator[LevelChange]:
+        before = levels.get(health.device, Level.NORMAL_NPU)
+        levels[health.device] = health.level
+        if health.level is not before or health.added or health.removed:
+            yield LevelChange(time, health.device, before, health.level, health.fault_type,
+                              health.reset_policy, cause, health.added, health.removed)
+
+    def advance(to: float) -> Iterator[LevelChange]:
+        nonlocal clock
+        if clock is None:
+            clock = to
+            return
+        while clock + period < to:
+            clock += period
+            for device in sorted(engine.devices()):
+                yield from changed(engine.health(device, clock), clock, "time passed")
+        clock = to
+
+    for record in records:
+        yield from advance(record.time)
+        cause = f"line {record.line}"
+        if record.event is not None:
+            event = record.event
+            cause += f": {event.code} {event.assertion}"
+            yield from changed(engine.report(event), record.time, cause)
+        elif record.release:
+            yield from changed(engine.release(record.release, record.time), record.time,
+                               cause + ": released by an operator")
+        elif record.customization is not None:
+            engine.reconfigure(table=engine.table, customization=record.customization)
+        if record.event is None:
+            for device in sorted(engine.devices()):
+                yield from changed(engine.health(device, record.time), record.time, cause)
+    if until is not None and clock is not None and until > clock:
+        yield from advance(until)
+        for device in sorted(engine.devices()):
+            yield from changed(engine.health(device, until), until, "time passed")
