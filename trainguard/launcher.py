@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -27,7 +27,7 @@ from trainguard.agent import (
     standby_client,
     step_statistics,
 )
-from trainguard.controller import job_controller, policy
+from trainguard.controller import device_levels, job_controller, policy
 from trainguard.detect import fault_config, heartbeat
 from trainguard.faults import device_health, events
 from trainguard.store import api as store_api
@@ -64,7 +64,8 @@ class RunSettings:
     """A directory with the original's fault configuration files (faultCode.json,
     faultCustomization.json, ...), re-read when one changes; None: the shipped defaults."""
     fault_config_interval: float = 2.0
-    """Seconds between looks for changed fault configuration files (> 0)."""
+    """Seconds between looks for changed fault configuration files, and between evaluations
+    of the devices' levels, which time alone can change (> 0)."""
 
     def __post_init__(self) -> None:
         if not self.fault_config_interval > 0:
@@ -166,8 +167,9 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     assert main is not None
     with _signals_stop(settings.signals, controller, main):
         progress = asyncio.create_task(_report_progress(agent, observer, settings))
-        watch = asyncio.create_task(_watch_fault_config(
-            config, engine, settings, events_recorder.record, clock))
+        watch = asyncio.create_task(device_levels.watch(
+            engine, config=config, interval=settings.fault_config_interval,
+            record=events_recorder.record, clock=clock, job=agent_settings.run_id))
         try:
             try:
                 await agent.start()
@@ -223,24 +225,3 @@ async def _report_progress(agent: node_agent.NodeAgent, observer: RunObserver | 
     while True:
         await asyncio.sleep(settings.progress_interval)
         observer.progress(agent.progress())
-
-
-
-async def _watch_fault_config(config: fault_config.FaultConfigDirectory | None,
-                              engine: device_health.FaultEngine, settings: RunSettings,
-                              record: Callable[[events.Event], object],
-                              clock: clocks.Clock) -> None:
-    """Applies changed fault configuration files to the running job; a file that cannot be used
-    leaves the last good configuration in force."""
-    if config is None:
-        return
-    while True:
-        await asyncio.sleep(settings.fault_config_interval)
-        changed, problems = config.poll()
-        if changed:
-            engine.reconfigure(table=config.config.codes,
-                               customization=config.config.customization)
-        if changed or problems:
-            record(events.FaultConfigLoaded(
-                job=settings.agent.run_id, directory=str(config.directory), reloaded=changed,
-                problems=[problem.describe() for problem in problems]))

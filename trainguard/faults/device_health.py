@@ -72,6 +72,12 @@ class DeviceHealth:
     manually_separated: bool
     added: tuple[UpgradeReason, ...] = ()  # reasons this evaluation recorded
     removed: tuple[UpgradeReason, ...] = ()  # reasons this evaluation removed
+    previous: Level = Level.NORMAL_NPU  # the level the last evaluation handed over
+
+    @property
+    def changed(self) -> bool:
+        """The level, or its reasons, changed since the last evaluation."""
+        return self.level is not self.previous or bool(self.added or self.removed)
 
     @property
     def reset_policy(self) -> ResetPolicy:
@@ -99,6 +105,7 @@ class FaultEngine:
             is_network=self._is_network)
         self._current: dict[str, dict[fault_codes.CodeKey, tuple[str, float]]] = {}
         self._once: dict[str, set[fault_codes.CodeKey]] = {}
+        self._levels: dict[str, Level] = {}
 
     def _is_network(self, key: fault_codes.CodeKey) -> bool:
         """Through the table in force, which a reconfiguration replaces."""
@@ -143,7 +150,11 @@ class FaultEngine:
 
     def devices(self) -> Iterable[str]:
         """Devices with current faults or escalation state."""
-        return set(self._current) | set(self._escalation.devices())
+        return set(self._current) | set(self._escalation.devices()) | set(self._levels)
+
+    def devices_due(self) -> list[str]:
+        """Devices whose level time alone can change: evaluate them as time passes."""
+        return self._escalation.devices_due()
 
     def _health(self, device: str, current: Mapping[fault_codes.CodeKey, tuple[str, float]],
                 state: escalation.EscalationState) -> DeviceHealth:
@@ -156,19 +167,26 @@ class FaultEngine:
         network_codes = [key for key in current if table.is_network(key)]
         chip = most_serious((table.chip_level(chip_codes), state.chip))
         network = most_serious((table.network_level(network_codes), state.network))
+        level = most_serious((chip, network)) if chip.is_fault or network.is_fault else (
+            Level.NORMAL_NPU)
+        previous = self._levels.get(device, Level.NORMAL_NPU)
+        if level.is_fault:
+            self._levels[device] = level
+        else:
+            self._levels.pop(device, None)
         entries = []
-        for fault_type, codes, level, own in (
+        for fault_type, codes, part, own in (
                 (FaultType.CARD_UNHEALTHY, chip_codes, chip, table.chip_level),
                 (FaultType.CARD_NETWORK_UNHEALTHY, network_codes, network,
                  table.network_level)):
-            if not codes and not level.is_fault:
+            if not codes and not part.is_fault:
                 continue
-            entries.append(FaultEntry(fault_type, device, level, {
+            entries.append(FaultEntry(fault_type, device, part, {
                 current[key][0]: (current[key][1],
                                   most_serious((own([key]), raised.get(key, Level.NORMAL_NPU))))
                 for key in codes}))
         return DeviceHealth(
-            device=device, level=most_serious((chip, network)), chip_level=chip,
-            network_level=network, entries=tuple(entries), reasons=state.reasons,
+            device=device, level=level, chip_level=chip, network_level=network,
+            entries=tuple(entries), reasons=state.reasons,
             manually_separated=state.manually_separated, added=state.added,
-            removed=state.removed)
+            removed=state.removed, previous=previous)

@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointRejected",
     "DecisionMade",
     "DeviceFaultGraded",
+    "DeviceLevelChanged",
     "Event",
     "FaultConfigLoaded",
     "FaultDetected",
@@ -176,6 +177,25 @@ class DeviceFaultGraded(Event):
                         for reason in self.upgrade_reasons)
         return (f"{self.device}: {self.code} -> {self.level} (policy {self.reset_policy}"
                 + (f"; raised by {why})" if why else ")"))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLevelChanged(Event):
+    """A device's level changed, or an upgrade reason came or went, with time alone."""
+
+    KIND: ClassVar[str] = "device-level-changed"
+    device: str
+    before: str
+    level: str
+    reset_policy: str
+    added: list[dict[str, object]]
+    removed: list[dict[str, object]]  # UpgradeFaultReason entries removed: the level came down
+
+    def summary(self) -> str:
+        why = "; ".join([f"+{r['upgrade_type']} of {r['fault_code']}" for r in self.added]
+                        + [f"-{r['upgrade_type']} of {r['fault_code']}" for r in self.removed])
+        return (f"{self.device}: {self.before} -> {self.level} (policy {self.reset_policy}"
+                + (f"; {why})" if why else ")"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,9 +10,9 @@ lines, in time order; ``time`` is seconds (any origin) or an ISO-8601 time:
 * ``{"time": 3600, "customization": {...}}``: a new faultCustomization.json takes effect;
 * ``{"time": 7200}``: nothing happens; devices are evaluated then.
 
-Between records, every device is evaluated each ``period`` seconds, as the original's device
-plugin does on its polling period, so changes that come with time alone (a fault lasting past
-its timeout, a release window passing) appear when they happen.
+Between records, each device whose level time alone can change (a fault that may outlast its
+timeout, a release window running) is evaluated every ``period`` seconds, as the original's
+device plugin does on its polling period, so those changes appear when they happen.
 """
 
 from __future__ import annotations
@@ -146,16 +146,14 @@ def replay(records: Iterable[TimelineRecord], *, engine: device_health.FaultEngi
     """
     if not period > 0:
         raise ValueError(f"period must be > 0 seconds, got {period}")
-    levels: dict[str, Level] = {}
     clock: float | None = None
 
     def changed(health: device_health.DeviceHealth, time: float, cause: str
                 ) -> Iterator[LevelChange]:
-        before = levels.get(health.device, Level.NORMAL_NPU)
-        levels[health.device] = health.level
-        if health.level is not before or health.added or health.removed:
-            yield LevelChange(time, health.device, before, health.level, health.fault_type,
-                              health.reset_policy, cause, health.added, health.removed)
+        if health.changed:
+            yield LevelChange(time, health.device, health.previous, health.level,
+                              health.fault_type, health.reset_policy, cause, health.added,
+                              health.removed)
 
     def advance(to: float) -> Iterator[LevelChange]:
         nonlocal clock
@@ -163,8 +161,11 @@ def replay(records: Iterable[TimelineRecord], *, engine: device_health.FaultEngi
             clock = to
             return
         while clock + period < to:
+            due = engine.devices_due()
+            if not due:
+                break
             clock += period
-            for device in sorted(engine.devices()):
+            for device in sorted(due):
                 yield from changed(engine.health(device, clock), clock, "time passed")
         clock = to
 
