@@ -148,12 +148,51 @@ def _stall(lines: list[str]) -> None:
     ]
 
 
+def _fault_engine(lines: list[str]) -> None:
+    result = _load("fault_engine")
+    if result is None:
+        return
+    memory, history, stream = result["memory"], result["history"], result["stream"]
+    sweep = result["sweep"]
+    levels = ", ".join(f"{level} {count:,}" for level, count in result["levels"].items())
+    lines += [
+        f"## Fault-level engine throughput and memory, {result['when']}", "",
+        f"`{_command(result)}`", "",
+        f"{result['devices']:,} devices, {result['history_hours']:g} h of history "
+        f"({history['events']:,} events), then {stream['events']:,} events measured; "
+        f"one core ({result['cpu_model']}, Python {result['python']}, pinned to CPU "
+        f"{result['machine'].get('pinned_cpu')}). Each report evaluates its device and builds "
+        "its DeviceHealth; the sweep evaluates every device once at the end, as the device "
+        "plugin's polling does. Memory: RSS growth from before the engine existed to after the "
+        "stream, and the bytes reachable from the engine, divided by the devices.", "",
+        "| phase | events or devices | seconds | per second | per CPU second |",
+        "|---|---|---|---|---|",
+        f"| history load | {history['events']:,} | {history['seconds']:.2f} | "
+        f"{history['events_per_second']:,} | {history['events_per_cpu_second']:,} |",
+        f"| measured stream | {stream['events']:,} | {stream['seconds']:.2f} | "
+        f"{stream['events_per_second']:,} | {stream['events_per_cpu_second']:,} |",
+        f"| sweep of every device | {sweep['devices']:,} | {sweep['seconds']:.2f} | "
+        f"{sweep['devices_per_second']:,} | {sweep['devices_per_cpu_second']:,} |",
+        "",
+        f"- memory: RSS {memory['rss_engine_bytes'] / 2**20:.0f} MiB "
+        f"({memory['rss_bytes_per_device']:,} bytes per device)"
+        + (f"; reachable from the engine {memory['engine_reachable_bytes'] / 2**20:.0f} MiB "
+           f"({memory['reachable_bytes_per_device']:,} bytes per device)"
+           if "engine_reachable_bytes" in memory else ""),
+        f"- levels at the end: {levels}",
+        f"- at least {result['target_events_per_second']:,} events per second on one core: "
+        f"{_verdict(result['met'])} ({stream['events_per_second']:,} events/s)",
+        "",
+    ]
+
+
 def main() -> None:
     lines = ["# Benchmark results", "",
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
              "section names the command that produced it. Machine: 2 cores, no GPU.", ""]
     _recovery(lines)
     _stall(lines)
+    _fault_engine(lines)
     path = common.RESULTS / "SUMMARY.md"
     path.write_text("\n".join(lines))
     print(path.read_text())

@@ -279,8 +279,8 @@ def test_file_that_is_not_an_object_gives_the_default() -> None:
     assert loaded == default_customization()
     assert problems == [ConfigProblem("custom.json", "", "", "the file is not a JSON object",
                                       Action.DEFAULT_USED)]
-    assert problems[0].describe() == ("custom.json: the file is not a JSON object; "
-                                      "default used")
+    assert problems[0].describe() == ("custom.json: the file is not a JSON object "
+                                      "[default used]")
 
 
 # --- FaultDuration -------------------------------------------------------------------------

@@ -117,10 +117,10 @@ def test_every_duplicate_is_reported() -> None:
     assert [problem.describe() for problem in problems] == [
         "NodeDConfiguration.json: FaultTypeCode.PreSeparateFaultCodes: 0100000D: also listed in "
         "NotHandleFaultCodes; a code must be in exactly one list, so the configuration is "
-        "rejected; last good configuration kept",
+        "rejected [last good configuration kept]",
         "NodeDConfiguration.json: FaultTypeCode.SeparateFaultCodes: 2C000031: also listed in "
         "NotHandleFaultCodes; a code must be in exactly one list, so the configuration is "
-        "rejected; last good configuration kept"]
+        "rejected [last good configuration kept]"]
 
 
 @pytest.mark.parametrize(("document", "message"), [
@@ -158,9 +158,9 @@ def test_unknown_keys_are_ignored_and_reported() -> None:
          "Version": 1})
     assert table == NodeCodeTable({SEPARATE: NodeFaultLevel.SEPARATE_FAULT})
     assert [problem.describe() for problem in problems] == [
-        "NodeDConfiguration.json: Version: unknown key (known: FaultTypeCode); ignored",
+        "NodeDConfiguration.json: Version: unknown key (known: FaultTypeCode) [ignored]",
         "NodeDConfiguration.json: FaultTypeCode.SubHealthFaultCodes: not a list of node fault "
-        "codes (known: NotHandleFaultCodes, PreSeparateFaultCodes, SeparateFaultCodes); ignored"]
+        "codes (known: NotHandleFaultCodes, PreSeparateFaultCodes, SeparateFaultCodes) [ignored]"]
 
 
 # The node document

@@ -195,7 +195,7 @@ def test_a_code_in_several_lists_takes_the_most_serious_level(order: tuple[str, 
     assert config.sources["010001001"] == "f.json SeparateNPUCodes"
     assert [problem.describe() for problem in problems] == [
         f"f.json: publicFaultCode.{name}: 010001001: also listed as SeparateNPU; the more "
-        "serious level is kept; ignored"
+        "serious level is kept [ignored]"
         for name in ("PreSeparateNPUCodes", "SubHealthFaultCodes", "NotHandleFaultCodes")]
 
 
@@ -231,11 +231,11 @@ def test_unknown_keys_are_reported_and_ignored() -> None:
 
     assert config.levels == {}
     assert [problem.describe() for problem in problems] == [
-        "f.json: comment: not a key of the file (known: publicFaultCode, publicFaultResource); "
-        "ignored",
+        "f.json: comment: not a key of the file (known: publicFaultCode, publicFaultResource) "
+        "[ignored]",
         "f.json: publicFaultCode.SilentFaultCodes: not a list of public fault codes (known: "
-        "SeparateNPUCodes, PreSeparateNPUCodes, SubHealthFaultCodes, NotHandleFaultCodes); "
-        "ignored",
+        "SeparateNPUCodes, PreSeparateNPUCodes, SubHealthFaultCodes, NotHandleFaultCodes) "
+        "[ignored]",
     ]
 
 

@@ -185,7 +185,7 @@ def test_unknown_keys_are_reported() -> None:
     assert [problem.describe() for problem in problems] == [
         "SwitchFaultCode.json: SeparateNPUCodes: not a list of switch fault codes (known: "
         "NotHandleFaultCodes, PreSeparateFaultCodes, ResetFaultCodes, RestartRequestFaultCodes, "
-        "SeparateFaultCodes, SubHealthFaultCodes); ignored"]
+        "SeparateFaultCodes, SubHealthFaultCodes) [ignored]"]
 
 
 def test_a_document_that_is_not_an_object_gives_an_empty_table() -> None:

@@ -29,8 +29,11 @@ def effective(value: Any) -> Any:
         if isinstance(item, enum.Enum):
             return str(item)
         if dataclasses.is_dataclass(item) and not isinstance(item, type):
-            return {field.name: plain(getattr(item, field.name))
-                    for field in dataclasses.fields(item) if field.name != "spellings"}
+            fields = {field.name: plain(getattr(item, field.name))
+                      for field in dataclasses.fields(item) if field.name != "spellings"}
+            if "spelling" in fields:  # a rule: its code as configured, not as a number
+                fields["event_id"] = fields.pop("spelling")
+            return fields
         if isinstance(item, Mapping):
             return {(spellings.get(key) or fault_codes.spell(key) if isinstance(key, int)
                      else str(key)): plain(entry) for key, entry in item.items()}
@@ -68,8 +71,8 @@ def check(
             worst = 2
             continue
         loaded, problems = fault_config.parse_file(path, chosen)
-        typer.echo(f"{path} ({chosen}): "
-                   + (f"{len(problems)} problems" if problems else "no problems"))
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        typer.echo(f"{path} ({chosen}): " + (count if problems else "no problems"))
         for problem in problems:
             typer.echo(f"  {problem.describe()}")
         if loaded is None:

@@ -34,4 +34,4 @@ class ConfigProblem:
 
     def describe(self) -> str:
         where = ": ".join(part for part in (self.file, self.entry, self.field) if part)
-        return f"{where}: {self.message}; {self.action}"
+        return f"{where}: {self.message} [{self.action}]"
