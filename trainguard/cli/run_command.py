@@ -99,9 +99,9 @@ def parser() -> argparse.ArgumentParser:
                       help="Directory with one run directory per job: state store, logs, "
                            f"checkpoints. [default: {DEFAULT_RUN_ROOT}; env TRAINGUARD_RUN_ROOT]")
     ours.add_argument("--inject", dest="own__inject", metavar="KIND:RANK:STEP,...",
-                      default=os.environ.get("TRAINGUARD_INJECT", ""),
+                      action="append",
                       help="Faults to inject, for demonstrations and tests: KIND:RANK:STEP[,...] "
-                           f"with KIND one of {_KINDS}. [env TRAINGUARD_INJECT]")
+                           f"with KIND one of {_KINDS}; repeatable. [env TRAINGUARD_INJECT]")
     result.add_argument("training_script", help="The script (or module, or program) to run.")
     result.add_argument("training_script_args", nargs=argparse.REMAINDER,
                         help="Arguments for the script.")
@@ -222,7 +222,8 @@ def build_settings(arguments: argparse.Namespace) -> launcher.RunSettings:
             master_port=arguments.master_port, max_restarts=arguments.max_restarts,
             monitor_interval=arguments.monitor_interval,
             shutdown_timeout=float(arguments.shutdown_timeout or 30),
-            output=_output(arguments, run_dir), fault_plan=_fault_plan(arguments.own__inject))
+            output=_output(arguments, run_dir), fault_plan=_fault_plan(
+                ",".join(arguments.own__inject or [os.environ.get("TRAINGUARD_INJECT", "")])))
         settings: launcher.RunSettings = groups["run"].build(
             values, agent=agent, heartbeat=groups["heartbeat"].build(values),
             checkpoint=groups["checkpoint"].build(values),
