@@ -91,7 +91,7 @@ def _with_gpu_codes(loaded: tuple[fault_codes.CodeTable, list[ConfigProblem]]
                     ) -> tuple[fault_codes.CodeTable, list[ConfigProblem]]:
     """An operator's faultCode.json, with our GPU codes where it says nothing of them."""
     table, problems = loaded
-    return table.merged(fault_codes.default_table()), problems
+    return table.merged(fault_codes.gpu_table()), problems
 
 
 def parse_file(path: Path, kind: ConfigKind) -> tuple[Any | None, list[ConfigProblem]]:
@@ -107,6 +107,8 @@ def parse_file(path: Path, kind: ConfigKind) -> tuple[Any | None, list[ConfigPro
                                     Action.IGNORED)]
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         return None, [ConfigProblem(file, "", "", f"not valid JSON ({error})", Action.IGNORED)]
+    if not isinstance(document, dict):
+        return None, [ConfigProblem(file, "", "", "not a JSON object", Action.IGNORED)]
     loaded, problems = _PARSERS[kind](document, file)
     return loaded, problems
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from trainguard.faults.fault_codes import Severity
 from trainguard.faults.levels import Level
 
 __all__ = ["Assertion", "DeviceFaultEvent", "UpgradeReason", "UpgradeType"]
@@ -28,6 +29,7 @@ class DeviceFaultEvent:
     code: str  # as reported; its spelling is kept for display
     assertion: Assertion
     time: float  # seconds: when the device raised the alarm
+    severity: Severity | None = None  # as the device reported it; decides an unknown code
 
 
 class UpgradeType(enum.StrEnum):

@@ -19,12 +19,21 @@ Pure: time is passed in; the caller chooses the clock (wall seconds for devices)
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from trainguard.faults import customization as customizations
 from trainguard.faults import escalation, fault_codes
 from trainguard.faults.device_events import Assertion, DeviceFaultEvent, UpgradeReason
-from trainguard.faults.levels import FaultType, Level, ResetPolicy, most_serious, reset_policy
+from trainguard.faults.levels import (
+    SEVERITY,
+    FaultType,
+    Level,
+    ResetPolicy,
+    most_serious,
+    reset_policy,
+)
 
 __all__ = ["RETRY_CODES", "DeviceHealth", "FaultEngine", "FaultEntry", "allows_in_place"]
 
@@ -67,12 +76,12 @@ class DeviceHealth:
     level: Level  # the most serious of the chip's and its network's
     chip_level: Level
     network_level: Level
-    entries: tuple[FaultEntry, ...]
     reasons: tuple[UpgradeReason, ...]  # the device's UpgradeFaultReason entries
     manually_separated: bool
     added: tuple[UpgradeReason, ...] = ()  # reasons this evaluation recorded
     removed: tuple[UpgradeReason, ...] = ()  # reasons this evaluation removed
     previous: Level = Level.NORMAL_NPU  # the level the last evaluation handed over
+    codes: tuple[_Code, ...] = ()  # the current codes
 
     @property
     def changed(self) -> bool:
@@ -83,15 +92,46 @@ class DeviceHealth:
     def reset_policy(self) -> ResetPolicy:
         return reset_policy(self.level)
 
+    @functools.cached_property
+    def entries(self) -> tuple[FaultEntry, ...]:
+        """One entry per unhealthy part, each code with its own level (raised by reasons)."""
+        raised: dict[fault_codes.CodeKey, Level] = {}
+        for reason in self.reasons:
+            code = fault_codes.code_key(reason.fault_code)
+            raised[code] = most_serious((raised.get(code, Level.NORMAL_NPU), reason.fault_level))
+        entries = []
+        for fault_type, network, part in (
+                (FaultType.CARD_UNHEALTHY, False, self.chip_level),
+                (FaultType.CARD_NETWORK_UNHEALTHY, True, self.network_level)):
+            codes = [code for code in self.codes if code.network is network]
+            if codes or part.is_fault:
+                entries.append(FaultEntry(fault_type, self.device, part, {
+                    code.spelling: (code.time, most_serious(
+                        (code.level, raised.get(code.key, Level.NORMAL_NPU))))
+                    for code in codes}))
+        return tuple(entries)
+
     @property
     def fault_type(self) -> FaultType | None:
         """The part whose level is the device's; None when the device is healthy."""
-        worst = max(self.entries, key=lambda entry: entry.fault_level.severity, default=None)
+        worst = max(self.entries, key=lambda entry: SEVERITY[entry.fault_level], default=None)
         return worst.fault_type if worst is not None and self.level.is_fault else None
 
     @property
     def allows_in_place(self) -> bool:
         return allows_in_place(self.level)
+
+
+class _Code(NamedTuple):
+    key: fault_codes.CodeKey
+    spelling: str
+    time: float
+    network: bool
+    level: Level  # its own level; SeparateNPU or NotHandleFault by severity when unknown
+    listed: bool  # the table knows it (an unknown code counts only when none is known)
+
+
+_KEY_CACHE_SIZE = 4096
 
 
 class FaultEngine:
@@ -103,9 +143,12 @@ class FaultEngine:
         self._escalation = escalation.Escalation(
             customization or customizations.default_customization(),
             is_network=self._is_network)
-        self._current: dict[str, dict[fault_codes.CodeKey, tuple[str, float]]] = {}
-        self._once: dict[str, set[fault_codes.CodeKey]] = {}
+        self._current: dict[str, dict[fault_codes.CodeKey, _Code]] = {}
+        self._once: dict[str, list[fault_codes.CodeKey]] = {}
         self._levels: dict[str, Level] = {}
+        self._keys: dict[str, fault_codes.CodeKey] = {}
+        self._known: dict[fault_codes.CodeKey, tuple[bool, Level | None]] = {}
+        self._severities: dict[fault_codes.CodeKey, fault_codes.Severity] = {}
 
     def _is_network(self, key: fault_codes.CodeKey) -> bool:
         """Through the table in force, which a reconfiguration replaces."""
@@ -115,78 +158,118 @@ class FaultEngine:
     def table(self) -> fault_codes.CodeTable:
         return self._table
 
+    def _key(self, code: str) -> fault_codes.CodeKey:
+        key = self._keys.get(code)
+        if key is None:
+            if len(self._keys) >= _KEY_CACHE_SIZE:
+                self._keys.clear()
+            key = self._keys[code] = fault_codes.code_key(code)
+        return key
+
+    def _lookup(self, key: fault_codes.CodeKey) -> tuple[bool, Level | None]:
+        """Whether the code is a network code, and its level in the table (None: unknown)."""
+        known = self._known.get(key)
+        if known is None:
+            table = self._table
+            if table.is_network(key):
+                known = (True, table.network_level([key]))
+            else:
+                known = (False, table.chip.get(key))
+            self._known[key] = known
+        return known
+
     def report(self, event: DeviceFaultEvent) -> DeviceHealth:
         """Take a device's fault event; its health at the event's time."""
-        key = fault_codes.code_key(event.code)
-        current = self._current.setdefault(event.device, {})
+        key = self._key(event.code)
+        device = event.device
+        if event.severity is not None:
+            self._severities[key] = event.severity
+        current = self._current.get(device)
         if event.assertion is Assertion.RECOVER:
-            current.pop(key, None)
-        elif key not in current:
-            current[key] = (event.code.strip(), event.time)
+            if current is not None:
+                current.pop(key, None)
+                if not current:
+                    del self._current[device]
+        elif current is None or key not in current:
+            network, level = self._lookup(key)
+            if current is None:
+                current = self._current[device] = {}
+            spelling = self._table.spellings.get(key) or event.code.strip()
+            current[key] = _Code(key, spelling, event.time, network,
+                                 level if level is not None else self._by_severity(key),
+                                 level is not None)
             if event.assertion is Assertion.ONCE:
-                self._once.setdefault(event.device, set()).add(key)
+                self._once.setdefault(device, []).append(key)
         self._escalation.observe(event)
-        return self.health(event.device, event.time)
+        return self.health(device, event.time)
+
+    def _by_severity(self, key: fault_codes.CodeKey) -> Level:
+        """An unknown chip code's own level: above Minor, or unknown, is SeparateNPU."""
+        severity = self._severities.get(key)
+        return (Level.SEPARATE_NPU if severity is None or severity > fault_codes.Severity.MINOR
+                else Level.NOT_HANDLE_FAULT)
 
     def health(self, device: str, now: float) -> DeviceHealth:
         """The device's health at ``now``; ``once`` codes count here for the last time."""
-        state = self._escalation.evaluate(device, now)
-        current = self._current.get(device, {})
-        health = self._health(device, current, state)
-        for key in self._once.pop(device, ()):
-            current.pop(key, None)
+        health = self._health(device, self._escalation.evaluate(device, now))
+        once = self._once.pop(device, None)
+        if once:
+            current = self._current[device]
+            for key in once:
+                current.pop(key, None)
+            if not current:
+                del self._current[device]
         return health
 
     def release(self, device: str, now: float) -> DeviceHealth:
         """An operator takes the device out of ManuallySeparateNPU."""
-        state = self._escalation.release(device, now)
-        return self._health(device, self._current.get(device, {}), state)
+        return self._health(device, self._escalation.release(device, now))
 
     def reconfigure(self, *, table: fault_codes.CodeTable,
                     customization: customizations.Customization) -> None:
-        """New configuration at run time: later evaluations use it (NOTES §2.3)."""
+        """New configuration at run time: later evaluations use it, for the codes devices
+        already hold too (NOTES §2.3)."""
         self._table = table
+        self._known.clear()
+        for current in self._current.values():
+            for key, code in current.items():
+                network, level = self._lookup(key)
+                current[key] = code._replace(
+                    network=network, listed=level is not None,
+                    level=level if level is not None else self._by_severity(key))
         self._escalation.reconfigure(customization)
 
     def devices(self) -> Iterable[str]:
-        """Devices with current faults or escalation state."""
+        """Devices with current faults, escalation state or a level above normal."""
         return set(self._current) | set(self._escalation.devices()) | set(self._levels)
 
     def devices_due(self) -> list[str]:
         """Devices whose level time alone can change: evaluate them as time passes."""
         return self._escalation.devices_due()
 
-    def _health(self, device: str, current: Mapping[fault_codes.CodeKey, tuple[str, float]],
-                state: escalation.EscalationState) -> DeviceHealth:
-        table = self._table
-        raised: dict[fault_codes.CodeKey, Level] = {}
-        for reason in state.reasons:
-            code = fault_codes.code_key(reason.fault_code)
-            raised[code] = most_serious((raised.get(code, Level.NORMAL_NPU), reason.fault_level))
-        chip_codes = [key for key in current if not table.is_network(key)]
-        network_codes = [key for key in current if table.is_network(key)]
-        chip = most_serious((table.chip_level(chip_codes), state.chip))
-        network = most_serious((table.network_level(network_codes), state.network))
-        level = most_serious((chip, network)) if chip.is_fault or network.is_fault else (
-            Level.NORMAL_NPU)
-        previous = self._levels.get(device, Level.NORMAL_NPU)
-        if level.is_fault:
-            self._levels[device] = level
+    def _health(self, device: str, state: escalation.EscalationState) -> DeviceHealth:
+        chip, network = state.chip, state.network
+        current = self._current.get(device)
+        codes: tuple[_Code, ...] = ()
+        if current:
+            codes = tuple(current.values())
+            chip_codes = [code for code in codes if not code.network]
+            known = [code.level for code in chip_codes if code.listed]
+            own = known or [code.level for code in chip_codes]
+            network = max((network, *(code.level for code in codes if code.network)),
+                          key=SEVERITY.__getitem__)
+            chip = max((chip, *own), key=SEVERITY.__getitem__)
+        chip_severity, network_severity = SEVERITY[chip], SEVERITY[network]
+        if chip_severity == 0 and network_severity == 0:
+            level = Level.NORMAL_NPU
         else:
-            self._levels.pop(device, None)
-        entries = []
-        for fault_type, codes, part, own in (
-                (FaultType.CARD_UNHEALTHY, chip_codes, chip, table.chip_level),
-                (FaultType.CARD_NETWORK_UNHEALTHY, network_codes, network,
-                 table.network_level)):
-            if not codes and not part.is_fault:
-                continue
-            entries.append(FaultEntry(fault_type, device, part, {
-                current[key][0]: (current[key][1],
-                                  most_serious((own([key]), raised.get(key, Level.NORMAL_NPU))))
-                for key in codes}))
-        return DeviceHealth(
-            device=device, level=level, chip_level=chip, network_level=network,
-            entries=tuple(entries), reasons=state.reasons,
-            manually_separated=state.manually_separated, added=state.added,
-            removed=state.removed, previous=previous)
+            level = chip if chip_severity >= network_severity else network
+        previous = self._levels.get(device, Level.NORMAL_NPU)
+        if level is not previous:
+            if level is Level.NORMAL_NPU:
+                del self._levels[device]
+            else:
+                self._levels[device] = level
+        return DeviceHealth(device, level, chip, network, state.reasons,
+                            state.manually_separated, state.added, state.removed, previous,
+                            codes)

@@ -35,6 +35,7 @@ __all__ = [
     "Severity",
     "code_key",
     "default_table",
+    "gpu_table",
     "is_code",
     "spell",
 ]
@@ -128,11 +129,17 @@ class CodeTable:
         network: dict[CodeKey, Level] = {}
         spellings: dict[CodeKey, str] = {}
         sources: dict[CodeKey, str] = {}
-        for level, name in _NETWORK_LISTS:
+        for listed, name in _NETWORK_LISTS:
             for key, text in _codes(document, name, file, problems):
                 spellings.setdefault(key, text)
-                if network.setdefault(key, level) is level:
-                    sources.setdefault(key, f"{file} {name}")
+                level = _allowed(key, text, listed, name, file=file, problems=problems)
+                if key not in network:
+                    network[key] = level
+                    sources[key] = f"{file} {name}"
+                elif network[key] is not level:
+                    problems.append(ConfigProblem(
+                        file, name, text, f"also listed as {network[key]}; the more serious "
+                        "level is kept", Action.IGNORED))
         for level, name in _CHIP_LISTS:
             for key, text in _codes(document, name, file, problems):
                 spellings.setdefault(key, text)
@@ -208,24 +215,38 @@ def _add_network(key: CodeKey, text: str, level: Level, name: str, *,
                  network: dict[CodeKey, Level], sources: dict[CodeKey, str], file: str,
                  problems: list[ConfigProblem]) -> None:
     """A network code in a chip list keeps its level only where a network level exists."""
-    keeps = _LINK_DOWN_KEEPS if key == LINK_DOWN else _NETWORK_KEEPS
-    if level not in keeps:
-        problems.append(ConfigProblem(
-            file, name, text, f"a network code cannot be {level}; it is NotHandleFault",
-            Action.REPLACED))
-        level = Level.NOT_HANDLE_FAULT
+    level = _allowed(key, text, level, name, file=file, problems=problems)
     current = network.get(key)
     if current is None or level.severity > current.severity:
         network[key] = level
         sources[key] = f"{file} {name}"
 
 
+def _allowed(key: CodeKey, text: str, level: Level, name: str, *, file: str,
+             problems: list[ConfigProblem]) -> Level:
+    """The level a network code may have: NotHandleFault instead of a restart level, and link
+    down only NotHandleFault, PreSeparateNPU or SeparateNPU (the seed)."""
+    keeps = _LINK_DOWN_KEEPS if key == LINK_DOWN else _NETWORK_KEEPS
+    if level in keeps:
+        return level
+    problems.append(ConfigProblem(
+        file, name, text, f"a network code cannot be {level}; it is NotHandleFault",
+        Action.REPLACED))
+    return Level.NOT_HANDLE_FAULT
+
+
+def _shipped(name: str) -> CodeTable:
+    text = resources.files("trainguard.faults").joinpath("data", name).read_text()
+    return CodeTable.from_document(json.loads(text), file=name)[0]
+
+
+@functools.cache
+def gpu_table() -> CodeTable:
+    """Our NVIDIA GPU codes (``gpuFaultCode.json``), which the original's table lacks."""
+    return _shipped("gpuFaultCode.json")
+
+
 @functools.cache
 def default_table() -> CodeTable:
-    """The original's default ``faultCode.json`` with our GPU codes (``gpuFaultCode.json``)."""
-    data = resources.files("trainguard.faults").joinpath("data")
-    original, gpu = (CodeTable.from_document(json.loads(data.joinpath(name).read_text()),
-                                             file=name)[0]
-                     for name in ("faultCode.json", "gpuFaultCode.json"))
-    return original.merged(gpu)
-
+    """The original's default ``faultCode.json`` with our GPU codes."""
+    return _shipped("faultCode.json").merged(gpu_table())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-__all__ = ["FaultType", "Level", "ResetPolicy", "most_serious", "reset_policy"]
+__all__ = ["SEVERITY", "FaultType", "Level", "ResetPolicy", "most_serious", "reset_policy"]
 
 
 class Level(enum.StrEnum):
@@ -34,20 +34,21 @@ class Level(enum.StrEnum):
     @property
     def severity(self) -> int:
         """Larger is more serious; both normal levels are 0."""
-        return _SEVERITY[self]
+        return SEVERITY[self]
 
     @property
     def is_fault(self) -> bool:
         return self.severity > 0
 
 
-_SEVERITY = {level: rank for rank, level in enumerate(reversed(list(Level)[:-1]))}
-_SEVERITY[Level.NORMAL_NETWORK] = 0
+SEVERITY = {level: rank for rank, level in enumerate(reversed(list(Level)[:-1]))}
+"""Each level's severity (as :attr:`Level.severity`), for hot paths that compare many."""
+SEVERITY[Level.NORMAL_NETWORK] = 0
 
 
 def most_serious(levels: Iterable[Level]) -> Level:
     """The most serious of ``levels``; ``NormalNPU`` for none."""
-    return max(levels, key=lambda level: level.severity, default=Level.NORMAL_NPU)
+    return max(levels, key=SEVERITY.__getitem__, default=Level.NORMAL_NPU)
 
 
 class ResetPolicy(enum.StrEnum):

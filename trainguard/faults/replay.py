@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from trainguard.faults import customization as customizations
-from trainguard.faults import device_health
+from trainguard.faults import device_health, fault_codes
 from trainguard.faults.config_problems import ConfigProblem
 from trainguard.faults.device_events import Assertion, DeviceFaultEvent, UpgradeReason
 from trainguard.faults.levels import FaultType, Level, ResetPolicy
@@ -105,7 +105,7 @@ def _record(data: object, line: int) -> TimelineRecord:
     if data.get("release") is True:
         return TimelineRecord(line, time, release=device)
     code = data.get("code")
-    if not isinstance(code, str) or not code.strip():
+    if not isinstance(code, str) or not fault_codes.is_code(code.strip()):
         raise TimelineError(f"line {line}: code: expected a fault code, got {code!r}")
     try:
         assertion = Assertion(data.get("assertion", "occur"))
