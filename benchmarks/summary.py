@@ -162,9 +162,10 @@ def _fault_engine(lines: list[str]) -> None:
         f"({history['events']:,} events), then {stream['events']:,} events measured; "
         f"one core ({result['cpu_model']}, Python {result['python']}, pinned to CPU "
         f"{result['machine'].get('pinned_cpu')}). Each report evaluates its device and builds "
-        "its DeviceHealth; the sweep evaluates every device once at the end, as the device "
-        "plugin's polling does. Memory: RSS growth from before the engine existed to after the "
-        "stream, and the bytes reachable from the engine, divided by the devices.", "",
+        "its DeviceHealth; the sweep evaluates every device with state once at the end, as the "
+        "controller's polling does every interval. Memory: RSS growth from before the engine "
+        "existed to after the stream, and the bytes reachable from the engine, divided by the "
+        "devices.", "",
         "| phase | events or devices | seconds | per second | per CPU second |",
         "|---|---|---|---|---|",
         f"| history load | {history['events']:,} | {history['seconds']:.2f} | "
