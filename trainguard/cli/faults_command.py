@@ -42,17 +42,19 @@ def explain_code(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Say what a fault code means here: its level, where that comes from, its reset policy,
-    and the rules that can raise it."""
+    and the rules that can raise it. Exit code 1: no table knows the code; 2: not a code."""
     config = _config(config_dir)
     explanation = explain.explain(code, codes=config.codes, customization=config.customization,
                                   public=config.public, switch=config.switch, node=config.node)
     if as_json:
         typer.echo(json.dumps(explanation.to_data()))
-        return
-    typer.echo(explanation.code)
-    width = max(len(label) for label, _ in explanation.lines)
-    for label, text in explanation.lines:
-        typer.echo(f"  {label.ljust(width)}  {text}")
+    else:
+        typer.echo(explanation.code)
+        width = max(len(label) for label, _ in explanation.lines)
+        for label, text in explanation.lines:
+            typer.echo(f"  {label.ljust(width)}  {text}")
+    if not explanation.valid:
+        raise typer.Exit(2)
     if not explanation.known:
         raise typer.Exit(1)
 
@@ -80,11 +82,10 @@ def replay_timeline(
     try:
         with events_file.open(encoding="utf-8") as lines:
             records = replay.parse_timeline(lines)
-        end = (replay.parse_time(until if ":" in until else float(until), 0)
-               if until is not None else None)
-    except (replay.TimelineError, UnicodeDecodeError, ValueError) as error:
+    except (replay.TimelineError, UnicodeDecodeError) as error:
         typer.echo(f"trainguard: {events_file}: {error}", err=True)
         raise typer.Exit(2) from error
+    end = _until(until) if until is not None else None
     for record in records:
         for problem in record.problems:
             typer.echo(f"trainguard: {problem.describe()}", err=True)
@@ -105,6 +106,18 @@ def replay_timeline(
                    f"(policy {change.reset_policy}){reasons}  [{change.cause}]")
     if not as_json:
         typer.echo(f"{len(records)} records, {count} changes")
+
+
+def _until(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return replay.parse_time(text, line=0)
+    except replay.TimelineError:
+        raise typer.BadParameter(f"{text!r} is neither seconds nor an ISO-8601 time",
+                                 param_hint="--until") from None
 
 
 def _elapsed(seconds: float) -> str:

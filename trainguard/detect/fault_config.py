@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -24,8 +23,6 @@ from trainguard.faults import customization, fault_codes, node_faults, public_fa
 from trainguard.faults.config_problems import Action, ConfigProblem
 
 __all__ = ["ConfigKind", "FaultConfig", "FaultConfigDirectory", "kind_of", "parse_file"]
-
-logger = logging.getLogger(__name__)
 
 
 class ConfigKind(enum.StrEnum):
@@ -68,7 +65,8 @@ def _public(document: object, file: str
     try:
         return public_faults.PublicFaultConfig.from_document(document, file=file)
     except ValueError as error:
-        return None, [ConfigProblem(file, "", "", str(error), Action.IGNORED)]
+        message = str(error).removeprefix(f"{file}: ")
+        return None, [ConfigProblem(file, "", "", message, Action.IGNORED)]
 
 
 _Parser = Callable[[object, str], tuple[Any, list[ConfigProblem]]]
@@ -129,18 +127,26 @@ class FaultConfigDirectory:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.config = FaultConfig()
-        self._seen: dict[ConfigKind, tuple[int, int, int] | None] = {}
+        self._seen: dict[ConfigKind, tuple[int, ...] | None] = {}
 
-    def _signature(self, kind: ConfigKind) -> tuple[int, int, int] | None:
+    def _signature(self, kind: ConfigKind) -> tuple[int, ...] | None:
+        """The file and, for a symbolic link (a mounted ConfigMap's files are links, and an
+        update swaps their target), the link too."""
+        path = self.directory / kind
         try:
-            status = os.lstat(self.directory / kind)
+            link = os.lstat(path)
         except FileNotFoundError:
             return None
-        return status.st_mtime_ns, status.st_size, status.st_ino
+        try:
+            target = os.stat(path)
+        except OSError:  # a dangling link
+            return link.st_mtime_ns, link.st_ino
+        return (link.st_mtime_ns, link.st_ino, target.st_mtime_ns, target.st_size,
+                target.st_ino)
 
     def poll(self) -> tuple[bool, list[ConfigProblem]]:
         """Re-read what changed since the last poll (everything, the first time): whether the
-        configuration in force changed, and the problems found (also logged)."""
+        configuration in force changed, and the problems found (the caller shows them)."""
         first = not self._seen
         touched = set()
         for kind in ConfigKind:
@@ -157,8 +163,6 @@ class FaultConfigDirectory:
             if value is not None:
                 values[field] = value
         self.config = dataclasses.replace(self.config, **values)
-        for problem in problems:
-            logger.warning("fault configuration: %s", problem.describe())
         return bool(values) and not first, problems
 
     def _load(self, kinds: tuple[ConfigKind, ...], *, first: bool,

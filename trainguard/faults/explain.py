@@ -24,9 +24,12 @@ class Explanation:
     code: str
     known: bool  # some table lists it
     lines: tuple[tuple[str, str], ...]  # (what, said), in order
+    level: str | None = None  # its level as a device code, public code or switch code
+    valid: bool = True  # it is spelled like a fault code
 
     def to_data(self) -> dict[str, object]:
-        return {"code": self.code, "known": self.known, **dict(self.lines)}
+        return {"code": self.code, "known": self.known, "valid": self.valid,
+                "level": self.level, "details": dict(self.lines)}
 
 
 @functools.cache
@@ -98,10 +101,11 @@ def explain(code: str, *, codes: fault_codes.CodeTable,
     """Every level ``code`` can take under this configuration, and where each comes from."""
     code = code.strip()
     lines: list[tuple[str, str]] = []
-    known = False
+    known, level = False, None
     if code.startswith("["):
-        level = switch.level_of(code)
-        known = level is not None
+        switch_level = switch.level_of(code)
+        known = switch_level is not None
+        level = str(switch_level) if known else None
         lines.append(("switch level", f"{level} (SwitchFaultCode.json)" if known else
                       "not in SwitchFaultCode.json: not handled"))
     elif fault_codes.is_code(code):
@@ -116,6 +120,10 @@ def explain(code: str, *, codes: fault_codes.CodeTable,
         known = device_known or any(label in _KNOWN for label, _ in other)
         if device_known or not known:
             lines += _device(key, codes, customization)
+            level = str(codes.level_of(key))
+        else:
+            public_level = public.level_of(code)
+            level = str(public_level) if public_level is not None else str(node_level)
         lines += other
         meaning = _meanings().get(key) or public_faults.BUILTIN_MEANINGS.get(code)
         if meaning:
@@ -123,4 +131,5 @@ def explain(code: str, *, codes: fault_codes.CodeTable,
     else:
         lines.append(("error", "not a fault code: hex digits (80E01801), letters, digits, '-' "
                                "and '_' (XID-79), or a switch code ([0x00f1fef5,155914,npu,na])"))
-    return Explanation(code, known, tuple(lines))
+        return Explanation(code, False, tuple(lines), valid=False)
+    return Explanation(code, known, tuple(lines), level)

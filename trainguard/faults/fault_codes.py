@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 
 from trainguard.faults.config_problems import Action, ConfigProblem
-from trainguard.faults.levels import Level
+from trainguard.faults.levels import SEVERITY, Level
 
 __all__ = [
     "LINK_DOWN",
@@ -217,6 +217,11 @@ def _add_network(key: CodeKey, text: str, level: Level, name: str, *,
     """A network code in a chip list keeps its level only where a network level exists."""
     level = _allowed(key, text, level, name, file=file, problems=problems)
     current = network.get(key)
+    if current is not None and current is not level:
+        kept = max(current, level, key=SEVERITY.__getitem__)
+        problems.append(ConfigProblem(
+            file, name, text, f"also listed as {current}; the more serious level ({kept}) is "
+            "kept", Action.IGNORED))
     if current is None or level.severity > current.severity:
         network[key] = level
         sources[key] = f"{file} {name}"

@@ -68,7 +68,7 @@ class LevelChange:
                 "removed": [reason.to_data() for reason in self.removed]}
 
 
-def parse_time(value: object, line: int) -> float:
+def parse_time(value: object, *, line: int) -> float:
     """Seconds from a number of seconds or an ISO-8601 time (UTC unless it says)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TimelineError(f"line {line}: time: expected seconds or an ISO-8601 time, "
@@ -87,12 +87,19 @@ def parse_time(value: object, line: int) -> float:
     return float(value)
 
 
+_FIELDS = frozenset({"time", "device", "code", "assertion", "release", "customization"})
+
+
 def _record(data: object, line: int) -> TimelineRecord:
     if not isinstance(data, dict):
         raise TimelineError(f"line {line}: expected a JSON object")
     if "time" not in data:
         raise TimelineError(f"line {line}: time: missing")
-    time = parse_time(data["time"], line)
+    unknown = set(data) - _FIELDS
+    if unknown:
+        raise TimelineError(f"line {line}: {', '.join(sorted(unknown))}: not a field of a "
+                            f"record (known: {', '.join(sorted(_FIELDS))})")
+    time = parse_time(data["time"], line=line)
     if "customization" in data:
         chosen, problems = customizations.Customization.from_document(
             data["customization"], file=f"line {line} customization")

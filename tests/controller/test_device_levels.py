@@ -1,0 +1,372 @@
+"""The controller grades a fault's device code through the FaultEngine: the device's history
+decides. A second memory error on one device separates it (ManuallySeparateNPU), so the fault is
+no longer retried; a SeparateNPU code is never retried nor recovered in place.
+
+Driven through the JobController with the fakes of test_controller_job_controller, and an agent
+that can recover in process (its workers run under Session.run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.controller.test_controller_job_controller import (
+    JOB,
+    FakeAgent,
+    FakeClock,
+    FakeGeneration,
+    FakeWorker,
+    Harness,
+    bounded,
+    run_scenario,
+)
+from trainguard.controller import api, job_controller, policy
+from trainguard.faults import device_health, events, process, replicas
+from trainguard.faults.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.levels import Level
+from trainguard.store import recorder, sqlite
+
+UCE = "80E01801"  # RestartBusiness, retryable; twice in 24 h -> ManuallySeparateNPU
+SEPARATE = "80E3A201"  # SeparateNPU
+
+
+class RecoveringAgent(FakeAgent):
+    """Workers under Session.run, each on its own device (the device number outlives the
+    generation); a rank moved to a spare gets the next spare device."""
+
+    def __init__(self, world_size: int, *, spares: int, dp_size: int) -> None:
+        super().__init__(world_size)
+        self.spares_left = spares
+        self.layout = replicas.ReplicaLayout(world_size, dp_size)
+        self.devices = {rank: rank for rank in range(world_size)}
+        self._next_spare = world_size
+
+    def _workers(self) -> dict[int, FakeWorker]:
+        return {rank: FakeWorker(rank, in_process=True, device=self.devices[rank])
+                for rank in range(self.world_size)}
+
+    async def start_generation(self, number: int, *, restart_count: int) -> FakeGeneration:
+        generation = await super().start_generation(number, restart_count=restart_count)
+        generation.workers = self._workers()
+        return generation
+
+    async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
+                      to_spares: bool) -> FakeGeneration:
+        self.calls.append(("recover", (number, sorted(replace), to_spares)))
+        if to_spares:
+            for rank in sorted(replace):
+                self.devices[rank] = self._next_spare
+                self._next_spare += 1
+                self.spares_left -= 1
+        loop = asyncio.get_running_loop()
+        generation = FakeGeneration(
+            number=number, restart_count=restart_count, master_port=29500 + number,
+            started_at=100.0 * (number + 1), outcome=loop.create_future(),
+            all_stepping=loop.create_future(), workers=self._workers(),
+            kept=self.world_size - len(replace))
+        self.current = generation
+        self.generations.put_nowait(generation)
+        return generation
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[sqlite.SqliteStore]:
+    opened = sqlite.SqliteStore.open(tmp_path / "state.db")
+    yield opened
+    opened.close()
+
+
+def _harness(store: sqlite.SqliteStore, *, spares: int = 1, dp_size: int = 2,
+             world_size: int = 4, engine: device_health.FaultEngine | None = None) -> Harness:
+    clock = FakeClock()
+    event_recorder = recorder.EventRecorder(store, clock)
+    agent = RecoveringAgent(world_size, spares=spares, dp_size=dp_size)
+    handle: api.AgentHandle = agent
+    controller = job_controller.JobController(
+        policy.RecoverySettings(max_restarts=5), job=JOB, world_size=world_size, agent=handle,
+        recorder=event_recorder, clock=clock, device_faults=engine)
+    harness = Harness(agent, controller, store, clock)
+    event_recorder.subscribe(harness.listen)
+    return harness
+
+
+def _raise(generation: FakeGeneration, rank: int, code: str, *, at: float) -> None:
+    """Rank ``rank`` raised in its step with a device fault ``code`` (its process lives)."""
+    generation.completed_step = 10
+    generation.fault(process.ProcessFault(
+        rank=rank, pid=5000 + rank, kind=process.ProcessFaultKind.RAISED, detected_at=at,
+        code=code, detail=f"device error {code}", alive=True))
+
+
+async def _recovered(h: Harness, generation: FakeGeneration, *, count: int) -> None:
+    generation.all_stepping.set_result(generation.started_at + 1.0)
+    await h.wait_recorded("recovery-completed", count=count)
+
+
+def _decisions(h: Harness) -> list[tuple[str, str]]:
+    return [(d["strategy"], d["reason"]) for d in h.data("decision")]
+
+
+def _graded(h: Harness) -> list[dict[str, Any]]:
+    return h.data("device-fault-graded")
+
+
+# --- the memory error, twice on one device ------------------------------------------------------
+
+
+def test_a_second_memory_error_on_one_device_moves_the_rank_to_a_spare(
+        store: sqlite.SqliteStore) -> None:
+    async def scenario() -> None:
+        h = _harness(store, spares=1)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        h.clock.now += 100.0
+        _raise(first, 1, UCE, at=150.0)
+        second = await h.next_generation()
+        assert second.number == 1
+        await _recovered(h, second, count=1)
+
+        h.clock.now += 3600.0  # an hour later, the same device again
+        _raise(second, 1, UCE, at=250.0)
+        third = await h.next_generation()
+        assert third.workers[1].device == 4  # the first spare
+        await _recovered(h, third, count=2)
+        third.succeed()
+        result = await bounded(run)
+
+        assert result.outcome is events.JobOutcome.SUCCEEDED
+        assert [record.decision.strategy for record in result.faults] == [
+            policy.Strategy.RETRY, policy.Strategy.RECOVER]
+        assert [name for name, _ in h.agent.calls if name == "recover"] == ["recover"] * 2
+        assert [args for name, args in h.agent.calls if name == "recover"] == [
+            (1, [], False), (2, [1], True)]
+
+        (retry, recover) = _decisions(h)
+        assert retry[0] == "retry"
+        assert recover == ("recover", (
+            "raised process: move the failed ranks to spare devices (not retry: device-1 is "
+            "ManuallySeparateNPU (80E01801), which takes it out of use; not recover-in-place: "
+            "device-1 is ManuallySeparateNPU (80E01801), which takes it out of use)"))
+
+        first_grade, second_grade = _graded(h)
+        assert first_grade == {
+            "job": JOB, "generation": 0, "rank": 1, "device": "device-1", "code": UCE,
+            "level": "RestartBusiness", "reset_policy": "restart",
+            "fault_type": "CardUnhealthy", "upgrade_reasons": []}
+        assert {key: second_grade[key] for key in ("generation", "rank", "device", "level",
+                                                   "reset_policy", "fault_type")} == {
+            "generation": 1, "rank": 1, "device": "device-1", "level": "ManuallySeparateNPU",
+            "reset_policy": "isolate", "fault_type": "CardUnhealthy"}
+        (reason,) = second_grade["upgrade_reasons"]
+        assert {key: reason[key] for key in ("fault_code", "fault_level", "upgrade_type")} == {
+            "fault_code": UCE, "fault_level": "ManuallySeparateNPU",
+            "upgrade_type": "FaultFrequency"}
+
+        graded = [record.fault for record in result.faults]
+        assert [(f.device, f.level) for f in graded] == [
+            ("device-1", Level.RESTART_BUSINESS), ("device-1", Level.MANUALLY_SEPARATE_NPU)]
+        assert h.controller.device_faults.health("device-1", h.clock.wall()).manually_separated
+
+    run_scenario(scenario)
+
+
+def test_a_second_memory_error_without_spares_restarts_the_job(
+        store: sqlite.SqliteStore) -> None:
+    async def scenario() -> None:
+        h = _harness(store, spares=0)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        _raise(first, 2, UCE, at=150.0)
+        second = await h.next_generation()
+        await _recovered(h, second, count=1)
+        h.clock.now += 60.0
+        _raise(second, 2, UCE, at=250.0)
+        third = await h.next_generation()
+        await _recovered(h, third, count=2)
+        third.succeed()
+        result = await bounded(run)
+
+        assert [record.decision.strategy for record in result.faults] == [
+            policy.Strategy.RETRY, policy.Strategy.EXIT]
+        strategy, reason = _decisions(h)[1]
+        assert strategy == "exit"
+        assert "not retry: device-2 is ManuallySeparateNPU (80E01801)" in reason
+        assert "not recover: 0 spare devices for 1 failed ranks" in reason
+        assert [g["level"] for g in _graded(h)] == ["RestartBusiness", "ManuallySeparateNPU"]
+
+    run_scenario(scenario)
+
+
+def test_a_second_memory_error_without_replicas_restarts_the_job(
+        store: sqlite.SqliteStore) -> None:
+    async def scenario() -> None:
+        h = _harness(store, spares=2, dp_size=1)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        _raise(first, 0, UCE, at=150.0)
+        second = await h.next_generation()
+        await _recovered(h, second, count=1)
+        _raise(second, 0, UCE, at=250.0)
+        third = await h.next_generation()
+        third.succeed()
+        result = await bounded(run)
+
+        assert [record.decision.strategy for record in result.faults] == [
+            policy.Strategy.RETRY, policy.Strategy.EXIT]
+        assert "a failed rank has no healthy data-parallel replica" in _decisions(h)[1][1]
+
+    run_scenario(scenario)
+
+
+def test_memory_errors_on_two_devices_are_each_retried(store: sqlite.SqliteStore) -> None:
+    async def scenario() -> None:
+        h = _harness(store, spares=1)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        _raise(first, 1, UCE, at=150.0)
+        second = await h.next_generation()
+        await _recovered(h, second, count=1)
+        _raise(second, 2, UCE, at=250.0)  # another rank, another device
+        third = await h.next_generation()
+        await _recovered(h, third, count=2)
+        third.succeed()
+        result = await bounded(run)
+
+        assert [record.decision.strategy for record in result.faults] == [
+            policy.Strategy.RETRY, policy.Strategy.RETRY]
+        assert [(g["device"], g["level"]) for g in _graded(h)] == [
+            ("device-1", "RestartBusiness"), ("device-2", "RestartBusiness")]
+
+    run_scenario(scenario)
+
+
+def test_the_history_belongs_to_the_device_not_the_rank(store: sqlite.SqliteStore) -> None:
+    async def scenario() -> None:
+        h = _harness(store, spares=2)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        _raise(first, 1, UCE, at=150.0)
+        second = await h.next_generation()
+        await _recovered(h, second, count=1)
+        _raise(second, 1, UCE, at=250.0)  # device-1 separated: rank 1 moves to device-4
+        third = await h.next_generation()
+        await _recovered(h, third, count=2)
+        _raise(third, 1, UCE, at=350.0)  # the first error of device-4
+        fourth = await h.next_generation()
+        await _recovered(h, fourth, count=3)
+        fourth.succeed()
+        result = await bounded(run)
+
+        assert [record.decision.strategy for record in result.faults] == [
+            policy.Strategy.RETRY, policy.Strategy.RECOVER, policy.Strategy.RETRY]
+        assert [(g["device"], g["level"]) for g in _graded(h)] == [
+            ("device-1", "RestartBusiness"), ("device-1", "ManuallySeparateNPU"),
+            ("device-4", "RestartBusiness")]
+
+    run_scenario(scenario)
+
+
+def test_a_separated_device_given_back_by_an_operator_is_retried_again(
+        store: sqlite.SqliteStore) -> None:
+    engine = device_health.FaultEngine()
+
+    async def scenario() -> None:
+        h = _harness(store, spares=0, engine=engine)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        _raise(first, 3, UCE, at=150.0)
+        second = await h.next_generation()
+        await _recovered(h, second, count=1)
+        _raise(second, 3, UCE, at=250.0)  # separated: the job restarts (no spare)
+        third = await h.next_generation()
+        await _recovered(h, third, count=2)
+        assert engine.release("device-3", h.clock.wall()).removed
+        _raise(third, 3, UCE, at=350.0)
+        fourth = await h.next_generation()
+        await _recovered(h, fourth, count=3)
+        fourth.succeed()
+        result = await bounded(run)
+
+        assert h.controller.device_faults is engine
+        assert [record.decision.strategy for record in result.faults] == [
+            policy.Strategy.RETRY, policy.Strategy.EXIT, policy.Strategy.RETRY]
+
+    run_scenario(scenario)
+
+
+# --- a separated device ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("spares", "strategy"), [(1, policy.Strategy.RECOVER),
+                                                  (0, policy.Strategy.EXIT)])
+def test_a_separate_npu_code_is_never_retried_nor_recovered_in_place(
+        store: sqlite.SqliteStore, spares: int, strategy: policy.Strategy) -> None:
+    async def scenario() -> None:
+        h = _harness(store, spares=spares)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        _raise(first, 0, SEPARATE, at=150.0)
+        second = await h.next_generation()
+        await _recovered(h, second, count=1)
+        second.succeed()
+        result = await bounded(run)
+
+        (record,) = result.faults
+        assert record.decision.strategy is strategy
+        assert record.fault.level is Level.SEPARATE_NPU
+        (_, reason), = _decisions(h)
+        assert ("not retry: not every fault is transient; not recover-in-place: device-0 is "
+                "SeparateNPU (80E3A201), which takes it out of use") in reason
+        (graded,) = _graded(h)
+        assert (graded["device"], graded["level"], graded["reset_policy"],
+                graded["upgrade_reasons"]) == ("device-0", "SeparateNPU", "isolate", [])
+        assert not any(name == "recover" and args[2] is False for name, args in h.agent.calls)
+
+    run_scenario(scenario)
+
+
+# --- the same decisions through policy.decide and the engine ----------------------------------
+
+
+def _context(fault: process.ProcessFault, *, spares: int) -> policy.FaultContext:
+    return policy.FaultContext(
+        fault=fault, age=100.0, progressed=True, world_size=4, failed=[fault],
+        restarts_left=3, in_process=True, alive=range(4), spares_left=spares,
+        layout=replicas.ReplicaLayout(4, 2))
+
+
+def _graded_fault(engine: device_health.FaultEngine, code: str, time: float
+                  ) -> process.ProcessFault:
+    health = engine.report(DeviceFaultEvent("device-1", code, Assertion.ONCE, time))
+    return process.ProcessFault(rank=1, pid=1, kind=process.ProcessFaultKind.RAISED,
+                                detected_at=time, code=code, alive=True,
+                                device=health.device, level=health.level)
+
+
+@pytest.mark.parametrize(("spares", "second"), [(1, policy.Strategy.RECOVER),
+                                                (0, policy.Strategy.EXIT)])
+def test_policy_with_the_engines_levels(spares: int, second: policy.Strategy) -> None:
+    engine = device_health.FaultEngine()
+    settings = policy.RecoverySettings(max_restarts=5)
+
+    once = _graded_fault(engine, UCE, 1000.0)
+    assert (once.retryable, once.in_place) == (True, True)
+    assert policy.decide(settings, _context(once, spares=spares)).strategy \
+        is policy.Strategy.RETRY
+
+    twice = _graded_fault(engine, UCE, 2000.0)
+    assert twice.level is Level.MANUALLY_SEPARATE_NPU
+    assert (twice.retryable, twice.in_place, twice.retry_code) == (False, False, True)
+    assert policy.decide(settings, _context(twice, spares=spares)).strategy is second
