@@ -82,6 +82,7 @@ class DeviceHealth:
     removed: tuple[UpgradeReason, ...] = ()  # reasons this evaluation removed
     previous: Level = Level.NORMAL_NPU  # the level the last evaluation handed over
     codes: tuple[_Code, ...] = ()  # the current codes
+    node_entries: tuple[FaultEntry, ...] = ()  # its node's faults (:mod:`.node_health`)
 
     @property
     def changed(self) -> bool:
@@ -109,7 +110,7 @@ class DeviceHealth:
                     code.spelling: (code.time, most_serious(
                         (code.level, raised.get(code.key, Level.NORMAL_NPU))))
                     for code in codes}))
-        return tuple(entries)
+        return (*entries, *self.node_entries)
 
     @property
     def fault_type(self) -> FaultType | None:
