@@ -76,18 +76,35 @@ class DeviceHealth:
     level: Level  # the most serious of the chip's and its network's
     chip_level: Level
     network_level: Level
-    reasons: tuple[UpgradeReason, ...]  # the device's UpgradeFaultReason entries
-    manually_separated: bool
-    added: tuple[UpgradeReason, ...] = ()  # reasons this evaluation recorded
-    removed: tuple[UpgradeReason, ...] = ()  # reasons this evaluation removed
+    escalation: escalation.EscalationState  # what its history adds
     previous: Level = Level.NORMAL_NPU  # the level the last evaluation handed over
     codes: tuple[_Code, ...] = ()  # the current codes
     node_entries: tuple[FaultEntry, ...] = ()  # its node's faults (:mod:`.node_health`)
 
     @property
+    def reasons(self) -> tuple[UpgradeReason, ...]:
+        """The device's UpgradeFaultReason entries."""
+        return self.escalation.reasons
+
+    @property
+    def added(self) -> tuple[UpgradeReason, ...]:
+        """Reasons this evaluation recorded."""
+        return self.escalation.added
+
+    @property
+    def removed(self) -> tuple[UpgradeReason, ...]:
+        """Reasons this evaluation removed (the original records an event for each)."""
+        return self.escalation.removed
+
+    @property
+    def manually_separated(self) -> bool:
+        return self.escalation.manually_separated
+
+    @property
     def changed(self) -> bool:
         """The level, or its reasons, changed since the last evaluation."""
-        return self.level is not self.previous or bool(self.added or self.removed)
+        escalated = self.escalation
+        return self.level is not self.previous or bool(escalated.added or escalated.removed)
 
     @property
     def reset_policy(self) -> ResetPolicy:
@@ -145,7 +162,6 @@ class FaultEngine:
             customization or customizations.default_customization(),
             is_network=self._is_network)
         self._current: dict[str, dict[fault_codes.CodeKey, _Code]] = {}
-        self._once: dict[str, list[fault_codes.CodeKey]] = {}
         self._levels: dict[str, Level] = {}
         self._keys: dict[str, fault_codes.CodeKey] = {}
         self._known: dict[fault_codes.CodeKey, tuple[bool, Level | None]] = {}
@@ -186,6 +202,7 @@ class FaultEngine:
         if event.severity is not None:
             self._severities[key] = event.severity
         current = self._current.get(device)
+        once = False  # a notification: the code counts for this evaluation only
         if event.assertion is Assertion.RECOVER:
             if current is not None:
                 current.pop(key, None)
@@ -199,10 +216,14 @@ class FaultEngine:
             current[key] = _Code(key, spelling, event.time, network,
                                  level if level is not None else self._by_severity(key),
                                  level is not None)
-            if event.assertion is Assertion.ONCE:
-                self._once.setdefault(device, []).append(key)
-        self._escalation.observe(event)
-        return self.health(device, event.time)
+            once = event.assertion is Assertion.ONCE
+        self._escalation.observe(event, key=key)
+        health = self._health(device, self._escalation.evaluate(device, event.time))
+        if once and current is not None:
+            current.pop(key)
+            if not current:
+                del self._current[device]
+        return health
 
     def _by_severity(self, key: fault_codes.CodeKey) -> Level:
         """An unknown chip code's own level: above Minor, or unknown, is SeparateNPU."""
@@ -211,16 +232,8 @@ class FaultEngine:
                 else Level.NOT_HANDLE_FAULT)
 
     def health(self, device: str, now: float) -> DeviceHealth:
-        """The device's health at ``now``; ``once`` codes count here for the last time."""
-        health = self._health(device, self._escalation.evaluate(device, now))
-        once = self._once.pop(device, None)
-        if once:
-            current = self._current[device]
-            for key in once:
-                current.pop(key, None)
-            if not current:
-                del self._current[device]
-        return health
+        """The device's health at ``now``."""
+        return self._health(device, self._escalation.evaluate(device, now))
 
     def release(self, device: str, now: float) -> DeviceHealth:
         """An operator takes the device out of ManuallySeparateNPU."""
@@ -254,12 +267,21 @@ class FaultEngine:
         codes: tuple[_Code, ...] = ()
         if current:
             codes = tuple(current.values())
-            chip_codes = [code for code in codes if not code.network]
-            known = [code.level for code in chip_codes if code.listed]
-            own = known or [code.level for code in chip_codes]
-            network = max((network, *(code.level for code in codes if code.network)),
-                          key=SEVERITY.__getitem__)
-            chip = max((chip, *own), key=SEVERITY.__getitem__)
+            listed: Level | None = None  # the worst listed chip code
+            unlisted: Level | None = None  # counts only when no chip code is listed
+            for code in codes:
+                severity = SEVERITY[code.level]
+                if code.network:
+                    if severity > SEVERITY[network]:
+                        network = code.level
+                elif code.listed:
+                    if listed is None or severity > SEVERITY[listed]:
+                        listed = code.level
+                elif unlisted is None or severity > SEVERITY[unlisted]:
+                    unlisted = code.level
+            own = listed if listed is not None else unlisted
+            if own is not None and SEVERITY[own] > SEVERITY[chip]:
+                chip = own
         chip_severity, network_severity = SEVERITY[chip], SEVERITY[network]
         if chip_severity == 0 and network_severity == 0:
             level = Level.NORMAL_NPU
@@ -271,6 +293,4 @@ class FaultEngine:
                 del self._levels[device]
             else:
                 self._levels[device] = level
-        return DeviceHealth(device, level, chip, network, state.reasons,
-                            state.manually_separated, state.added, state.removed, previous,
-                            codes)
+        return DeviceHealth(device, level, chip, network, state, previous, codes)

@@ -124,9 +124,11 @@ class Escalation:
         self._due: dict[str, None] = {}  # an ordered set
         self._changes: dict[str, tuple[list[UpgradeReason], list[UpgradeReason]]] = {}
 
-    def observe(self, event: DeviceFaultEvent) -> None:
-        """Take a fault event; its effect shows at the next :meth:`evaluate` of its device."""
-        key = self._keys.get(event.code)
+    def observe(self, event: DeviceFaultEvent, *, key: CodeKey | None = None) -> None:
+        """Take a fault event; its effect shows at the next :meth:`evaluate` of its device.
+        ``key``: the code's key, when the caller has it already."""
+        if key is None:
+            key = self._keys.get(event.code)
         if key is None:
             if len(self._keys) >= _KEY_CACHE_SIZE:
                 self._keys.clear()
@@ -158,18 +160,22 @@ class Escalation:
         state = self._devices.get(device)
         added: list[UpgradeReason] = []
         removed: list[UpgradeReason] = []
-        if device in self._changes:
-            added, removed = self._changes.pop(device)
+        changes = self._changes.pop(device, None) if self._changes else None
+        if changes is not None:
+            added, removed = changes
         if state is None:
             return self._state({}, added, removed)
         reasons = state.reasons
+        pending = remembered = False
         for key, track in state.duration.items():
             duration_rule = self._duration_rules[key]
             if track.pending:
                 for flip in track.advance(now, fault_timeout=duration_rule.fault_timeout,
                                           recover_timeout=duration_rule.recover_timeout):
                     self._count(state, key, flip)
+                pending = pending or track.pending
             if track.timeout:
+                remembered = True
                 _raise(reasons, (key, duration_rule.handling, _DURATION), duration_rule.spelling,
                        track.alarm_time, added)
             elif reasons and track.recover_duration > duration_rule.recover_timeout:
@@ -189,11 +195,12 @@ class Escalation:
                   and now - frequency.last_recover > rule.release_window):
                 if reasons:
                     _lower(reasons, key, _FREQUENCY, removed)
-            elif (key, rule.handling, _FREQUENCY) in reasons:
+            elif reasons and (key, rule.handling, _FREQUENCY) in reasons:
                 _raise(reasons, (key, rule.handling, _FREQUENCY), rule.spelling,
                        frequency.last_fault, added)
                 del occurrences[:]
-        self._tidy(device, state)
+            remembered = remembered or bool(occurrences)
+        self._tidy(device, state, pending=pending, remembered=remembered or bool(reasons))
         return self._state(reasons, added, removed)
 
     def release(self, device: str, now: float) -> EscalationState:
@@ -265,22 +272,20 @@ class Escalation:
         elif key in state.frequency:
             state.frequency[key].recover(flip.alarm_time)
 
-    def _tidy(self, name: str, state: _Device) -> None:
-        """Keep ``_due`` current, and forget a device with nothing left to remember."""
-        for track in state.duration.values():
-            if track.pending:
-                self._due[name] = None
-                return
-        for key, _, kind in state.reasons:
-            rule = self._frequency_rules.get(key) if kind is _FREQUENCY else None
-            if rule is not None and rule.release_window is not None:
-                self._due[name] = None
-                return
-        self._due.pop(name, None)
-        if state.reasons or any(track.timeout for track in state.duration.values()) \
-                or any(frequency.occurrences for frequency in state.frequency.values()):
+    def _tidy(self, name: str, state: _Device, *, pending: bool, remembered: bool) -> None:
+        """Keep ``_due`` current, and forget a device with nothing left to remember.
+
+        ``pending``: a duration judgment waits; ``remembered``: reasons, a timed-out fault or
+        frequency occurrences remain."""
+        due = pending or any(
+            kind is _FREQUENCY and (rule := self._frequency_rules.get(key)) is not None
+            and rule.release_window is not None for key, _, kind in state.reasons)
+        if due:
+            self._due[name] = None
             return
-        del self._devices[name]
+        self._due.pop(name, None)
+        if not remembered:
+            del self._devices[name]
 
     def _state(self, reasons: dict[_ReasonKey, UpgradeReason], added: list[UpgradeReason],
                removed: list[UpgradeReason]) -> EscalationState:
