@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.jobs import Job, Start
+from tests.e2e.jobs import SCRIPTS, Job, Start
 
 
 @pytest.fixture
@@ -23,3 +23,17 @@ def run_job(tmp_path: Path) -> Iterator[Start]:
     yield start
     for job in jobs:
         job.kill()
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The final parameters of the in-process job (scripts/inprocess_job.py) without faults."""
+    root = tmp_path_factory.mktemp("reference")
+    job = Job(["--nproc-per-node", "4", "-t", "3", str(SCRIPTS / "inprocess_job.py"),
+               "--output", str(root / "sha")],
+              run_root=root / "runs", run_id="reference", cwd=root)
+    try:
+        assert job.wait() == 0, job.output()
+    finally:
+        job.kill()
+    return (root / "sha").read_text()

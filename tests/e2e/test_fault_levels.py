@@ -16,19 +16,6 @@ SCRIPT = str(SCRIPTS / "inprocess_job.py")
 DEFAULTS = Path(__file__).parents[2] / "trainguard" / "faults" / "data"
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The final parameters of the job without faults."""
-    root = tmp_path_factory.mktemp("reference")
-    job = Job(["--nproc-per-node", "4", "-t", "3", SCRIPT, "--output", str(root / "sha")],
-              run_root=root / "runs", run_id="reference", cwd=root)
-    try:
-        assert job.wait() == 0, job.output()
-    finally:
-        job.kill()
-    return (root / "sha").read_text()
-
-
 def run(run_job: Start, tmp_path: Path, *flags: str) -> Job:
     job = run_job("--nproc-per-node", "4", "--max-restarts", "3", "-t", "3",
                   "--spare-devices", "1", "--dp-size", "2", *flags, SCRIPT,

@@ -26,21 +26,6 @@ def pids(job: Job) -> dict[int, list[int]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The final parameters of the job without faults."""
-    from tests.e2e.jobs import Job  # noqa: PLC0415 - a module fixture has no run_job
-
-    root = tmp_path_factory.mktemp("reference")
-    job = Job(["--nproc-per-node", "4", "-t", "3", SCRIPT, "--output", str(root / "sha")],
-              run_root=root / "runs", run_id="reference", cwd=root)
-    try:
-        assert job.wait() == 0, job.output()
-    finally:
-        job.kill()
-    return (root / "sha").read_text()
-
-
 def run(run_job: Start, tmp_path: Path, *flags: str, script_args: tuple[str, ...] = ()) -> Job:
     job = run_job("--nproc-per-node", "4", "--max-restarts", "3", "-t", "3", *flags, SCRIPT,
                   "--output", str(tmp_path / "sha"), *script_args)
