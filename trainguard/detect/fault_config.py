@@ -69,6 +69,13 @@ def _public(document: object, file: str
         return None, [ConfigProblem(file, "", "", message, Action.IGNORED)]
 
 
+def _with_gpu_codes(loaded: tuple[fault_codes.CodeTable, list[ConfigProblem]]
+                    ) -> tuple[fault_codes.CodeTable, list[ConfigProblem]]:
+    """An operator's faultCode.json, with our GPU codes where it says nothing of them."""
+    table, problems = loaded
+    return table.merged(fault_codes.gpu_table()), problems
+
+
 _Parser = Callable[[object, str], tuple[Any, list[ConfigProblem]]]
 _PARSERS: dict[ConfigKind, _Parser] = {
     ConfigKind.FAULT_CODE: lambda document, file: _with_gpu_codes(
@@ -82,14 +89,6 @@ _PARSERS: dict[ConfigKind, _Parser] = {
     ConfigKind.PUBLIC_FAULT_CONFIGURATION: _public,
     ConfigKind.PUBLIC_CUSTOMIZATION: _public,
 }
-
-
-
-def _with_gpu_codes(loaded: tuple[fault_codes.CodeTable, list[ConfigProblem]]
-                    ) -> tuple[fault_codes.CodeTable, list[ConfigProblem]]:
-    """An operator's faultCode.json, with our GPU codes where it says nothing of them."""
-    table, problems = loaded
-    return table.merged(fault_codes.gpu_table()), problems
 
 
 def parse_file(path: Path, kind: ConfigKind) -> tuple[Any | None, list[ConfigProblem]]:

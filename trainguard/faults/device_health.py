@@ -226,7 +226,9 @@ class FaultEngine:
         return health
 
     def _by_severity(self, key: fault_codes.CodeKey) -> Level:
-        """An unknown chip code's own level: above Minor, or unknown, is SeparateNPU."""
+        """An unknown chip code's own level: above Minor, or unknown, is SeparateNPU. The
+        severity last reported for the code counts, on any device, as in the original (whose
+        severities are kept per event id)."""
         severity = self._severities.get(key)
         return (Level.SEPARATE_NPU if severity is None or severity > fault_codes.Severity.MINOR
                 else Level.NOT_HANDLE_FAULT)
