@@ -568,3 +568,63 @@ def test_config_check_of_several_files_exits_with_the_worst(tmp_path: Path) -> N
 
 def test_config_check_of_a_missing_file(tmp_path: Path) -> None:
     assert _run("config", "check", tmp_path / "faultCode.json").exit_code == 2
+
+
+# --- check-message: a public fault message as the cluster would receive it ----------------------
+
+_MESSAGE: dict[str, Any] = {
+    "id": "msg-00000001", "timestamp": 1_764_500_000_000, "version": "1.0",
+    "resource": "pingmesh",
+    "faults": [{"faultId": "fault-000001", "faultType": "NPU", "faultCode": "220001001",
+                "faultTime": 1_764_500_000_000, "assertion": "occur",
+                "influence": [{"nodeName": "node-1", "deviceIds": [0, 3]}]}],
+}
+
+
+def test_check_message_accepts_a_valid_message(tmp_path: Path) -> None:
+    _write(tmp_path / "message.json", _MESSAGE)
+
+    result = _run("faults", "check-message", str(tmp_path / "message.json"))
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        "accepted fault-000001: 220001001 SeparateNPU occur on node-1 devices 0,3")
+
+
+def test_check_message_drops_an_unknown_code_and_says_why(tmp_path: Path) -> None:
+    unknown = dict(_MESSAGE["faults"][0], faultId="fault-000002", faultCode="229999999")
+    _write(tmp_path / "message.json", dict(_MESSAGE, faults=[*_MESSAGE["faults"], unknown]))
+
+    result = _run("faults", "check-message", str(tmp_path / "message.json"), "--json")
+
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert [fault["faultId"] for fault in data["accepted"]] == ["fault-000001"]
+    assert data["dropped"] == ["faults[1].faultCode: 229999999 is not a configured public fault "
+                               "code; fault dropped"]
+    assert data["rejected"] is False
+
+
+def test_check_message_rejects_a_sender_that_is_not_allowed(tmp_path: Path) -> None:
+    _write(tmp_path / "message.json", dict(_MESSAGE, resource="someone"))
+
+    result = _run("faults", "check-message", str(tmp_path / "message.json"))
+
+    assert result.exit_code == 2
+    assert "resource" in result.stderr
+    assert "message rejected" in result.stderr
+
+
+def test_check_message_follows_a_public_customization(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    _write(config / "publicCustomization.json", {
+        "publicFaultCode": {"SubHealthFaultCodes": ["220001001"]},
+        "publicFaultResource": ["pingmesh"]})
+    _write(tmp_path / "message.json", _MESSAGE)
+
+    result = _run("faults", "check-message", str(tmp_path / "message.json"), "--config-dir",
+                  str(config), "--json")
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["accepted"][0]["level"] == "SubHealthFault"

@@ -10,7 +10,7 @@ import typer
 
 from trainguard.clock import iso_utc
 from trainguard.detect import fault_config
-from trainguard.faults import device_health, explain, replay
+from trainguard.faults import device_health, explain, public_messages, replay
 
 __all__ = ["faults_app"]
 
@@ -106,6 +106,46 @@ def replay_timeline(
                    f"(policy {change.reset_policy}){reasons}  [{change.cause}]")
     if not as_json:
         typer.echo(f"{len(records)} records, {count} changes")
+
+
+@faults_app.command("check-message")
+def check_message(
+    message_file: Annotated[Path, typer.Argument(
+        metavar="MESSAGE.json", exists=True, dir_okay=False,
+        help="A public fault message, as a sender sends it (the PublicFault JSON).")],
+    config_dir: ConfigDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Check a public fault message as the cluster would receive it: each fault accepted, with
+    the level its code is configured at, and each one dropped, with the reason. Exit code 0:
+    all accepted; 1: some faults dropped; 2: the message is rejected."""
+    config = _config(config_dir)
+    try:
+        document = json.loads(message_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        typer.echo(f"trainguard: {message_file}: not valid JSON ({error})", err=True)
+        raise typer.Exit(2) from error
+    message, reasons = public_messages.validate_message(document, config=config.public)
+    accepted = [] if message is None else [
+        {"faultId": fault.fault_id, "faultCode": fault.fault_code, "level": str(fault.level),
+         "assertion": str(fault.assertion),
+         "influence": {i.node_name: list(i.device_ids) for i in fault.influence}}
+        for fault in message.faults]
+    if as_json:
+        typer.echo(json.dumps({"accepted": accepted, "dropped": reasons,
+                               "rejected": message is None}))
+    else:
+        for fault in message.faults if message is not None else ():
+            where = "; ".join(f"{i.node_name} devices {','.join(map(str, i.device_ids))}"
+                              for i in fault.influence)
+            typer.echo(f"accepted {fault.fault_id}: {fault.fault_code} {fault.level} "
+                       f"{fault.assertion} on {where}")
+        for reason in reasons:
+            typer.echo(f"trainguard: {message_file}: {reason}", err=True)
+    if message is None:
+        raise typer.Exit(2)
+    if reasons:
+        raise typer.Exit(1)
 
 
 def _until(text: str) -> float:
