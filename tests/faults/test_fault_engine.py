@@ -39,6 +39,9 @@ def _default_document() -> dict[str, Any]:
     return document
 
 
+GRACE = {"WaitProcessReadCMTime": 30, "WaitDeviceResetTime": 150, "WaitFaultSelfHealingTime": 15}
+
+
 def _customization(document: dict[str, Any]) -> customizations.Customization:
     chosen, problems = customizations.Customization.from_document(document)
     assert problems == []
@@ -535,3 +538,21 @@ def test_replaying_the_same_events_gives_the_same_results(
     for device in ("npu-0", "npu-1"):
         one, other = (engine.health(device, end + 1.0) for engine in engines)
         assert one == other
+
+
+def test_a_raised_level_moves_to_the_network_when_a_new_table_makes_its_code_one() -> None:
+    rules = _customization({"GraceTolerance": GRACE, "FaultFrequency": [{
+        "EventId": ["1234ABCD"], "TimeWindow": 3600, "Times": 1, "FaultHandling": "SeparateNPU",
+        "ReleaseTimeWindow": 600}]})
+    engine = device_health.FaultEngine(customization=rules)
+    raised = engine.report(DeviceFaultEvent("npu-0", "1234ABCD", Assertion.ONCE, 10.0))
+    assert (raised.chip_level, raised.network_level) == (Level.SEPARATE_NPU,
+                                                         Level.NORMAL_NETWORK)
+    table, problems = fault_codes.CodeTable.from_document(
+        {"NotHandleFaultNetworkCodes": ["1234ABCD"]})
+    assert problems == []
+
+    engine.reconfigure(table=table, customization=rules)
+    moved = engine.health("npu-0", 20.0)
+
+    assert (moved.chip_level, moved.network_level) == (Level.NORMAL_NPU, Level.SEPARATE_NPU)

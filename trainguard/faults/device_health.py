@@ -149,9 +149,6 @@ class _Code(NamedTuple):
     listed: bool  # the table knows it (an unknown code counts only when none is known)
 
 
-_KEY_CACHE_SIZE = 4096
-
-
 class FaultEngine:
     """Every device's current faults and escalation state, on one node or a whole cluster."""
 
@@ -163,25 +160,16 @@ class FaultEngine:
             is_network=self._is_network)
         self._current: dict[str, dict[fault_codes.CodeKey, _Code]] = {}
         self._levels: dict[str, Level] = {}
-        self._keys: dict[str, fault_codes.CodeKey] = {}
         self._known: dict[fault_codes.CodeKey, tuple[bool, Level | None]] = {}
         self._severities: dict[fault_codes.CodeKey, fault_codes.Severity] = {}
 
     def _is_network(self, key: fault_codes.CodeKey) -> bool:
-        """Through the table in force, which a reconfiguration replaces."""
-        return self._table.is_network(key)
+        """Through the table in force (escalation asks; a reconfiguration replaces it)."""
+        return self._lookup(key)[0]
 
     @property
     def table(self) -> fault_codes.CodeTable:
         return self._table
-
-    def _key(self, code: str) -> fault_codes.CodeKey:
-        key = self._keys.get(code)
-        if key is None:
-            if len(self._keys) >= _KEY_CACHE_SIZE:
-                self._keys.clear()
-            key = self._keys[code] = fault_codes.code_key(code)
-        return key
 
     def _lookup(self, key: fault_codes.CodeKey) -> tuple[bool, Level | None]:
         """Whether the code is a network code, and its level in the table (None: unknown)."""
@@ -197,7 +185,7 @@ class FaultEngine:
 
     def report(self, event: DeviceFaultEvent) -> DeviceHealth:
         """Take a device's fault event; its health at the event's time."""
-        key = self._key(event.code)
+        key = fault_codes.code_key(event.code)
         device = event.device
         if event.severity is not None:
             self._severities[key] = event.severity

@@ -59,7 +59,6 @@ __all__ = ["Escalation", "EscalationState"]
 _FREQUENCY = UpgradeType.FAULT_FREQUENCY
 _DURATION = UpgradeType.FAULT_DURATION
 _MANUAL = Level.MANUALLY_SEPARATE_NPU
-_KEY_CACHE_SIZE = 4096
 
 _ReasonKey = tuple[CodeKey, Level, UpgradeType]
 
@@ -118,8 +117,6 @@ class Escalation:
         self._frequency_rules = customization.frequency
         self._duration_rules = customization.duration
         self._is_network = is_network
-        self._network: dict[CodeKey, bool] = {}
-        self._keys: dict[str, CodeKey] = {}
         self._devices: dict[str, _Device] = {}
         self._due: dict[str, None] = {}  # an ordered set
         self._changes: dict[str, tuple[list[UpgradeReason], list[UpgradeReason]]] = {}
@@ -128,11 +125,7 @@ class Escalation:
         """Take a fault event; its effect shows at the next :meth:`evaluate` of its device.
         ``key``: the code's key, when the caller has it already."""
         if key is None:
-            key = self._keys.get(event.code)
-        if key is None:
-            if len(self._keys) >= _KEY_CACHE_SIZE:
-                self._keys.clear()
-            key = self._keys[event.code] = code_key(event.code)
+            key = code_key(event.code)
         if key in self._duration_rules:
             if event.assertion is not Assertion.ONCE:
                 durations = self._device(event.device).duration
@@ -294,10 +287,7 @@ class Escalation:
         chip, network, manual = Level.NORMAL_NPU, Level.NORMAL_NETWORK, False
         for key, level, _ in reasons:
             manual = manual or level is _MANUAL
-            is_network = self._network.get(key)
-            if is_network is None:
-                is_network = self._network[key] = self._is_network(key)
-            if is_network:
+            if self._is_network(key):
                 network = level if level.severity > network.severity else network
             elif level.severity > chip.severity:
                 chip = level

@@ -51,8 +51,10 @@ def is_code(text: str) -> bool:
     return 0 < len(text) <= 32 and set(text) <= _CODE_CHARACTERS
 
 
+@functools.lru_cache(maxsize=4096)
 def code_key(text: str) -> CodeKey:
-    """``"80e01801"`` -> ``0x80E01801``; ``"xid-79"`` -> ``"XID-79"``."""
+    """``"80e01801"`` -> ``0x80E01801``; ``"xid-79"`` -> ``"XID-79"``. Cached: devices report
+    few distinct codes, and every event is keyed."""
     text = text.strip()
     if text and set(text) <= _HEX:
         return int(text, 16)
