@@ -31,13 +31,10 @@ async def watch(engine: device_health.FaultEngine, *,
                 record(events.FaultConfigLoaded(
                     job=job, directory=str(config.directory), reloaded=changed,
                     problems=[problem.describe() for problem in problems]))
-        now = clock.wall()
-        for device in sorted(engine.devices()):
-            health = engine.health(device, now)
-            if not health.changed:
-                continue
+        for health in engine.sweep(clock.wall()):
             record(events.DeviceLevelChanged(
-                job=job, device=device, before=str(health.previous), level=str(health.level),
+                job=job, device=health.device, before=str(health.previous),
+                level=str(health.level),
                 reset_policy=str(health.reset_policy),
                 added=[reason.to_data() for reason in health.added],
                 removed=[reason.to_data() for reason in health.removed]))

@@ -247,6 +247,14 @@ class FaultEngine:
         """Devices with current faults, escalation state or a level above normal."""
         return set(self._current) | set(self._escalation.devices()) | set(self._levels)
 
+    def sweep(self, now: float, *, due_only: bool = False) -> list[DeviceHealth]:
+        """Evaluate every device with state (or only those time alone can change) at ``now``,
+        in name order, as a device plugin does on its polling period: the healths that
+        changed."""
+        devices = self.devices_due() if due_only else self.devices()
+        return [health for health in (self.health(device, now) for device in sorted(devices))
+                if health.changed]
+
     def devices_due(self) -> list[str]:
         """Devices whose level time alone can change: evaluate them as time passes."""
         return self._escalation.devices_due()

@@ -155,43 +155,40 @@ def replay(records: Iterable[TimelineRecord], *, engine: device_health.FaultEngi
         raise ValueError(f"period must be > 0 seconds, got {period}")
     clock: float | None = None
 
-    def changed(health: device_health.DeviceHealth, time: float, cause: str
-                ) -> Iterator[LevelChange]:
-        if health.changed:
-            yield LevelChange(time, health.device, health.previous, health.level,
-                              health.fault_type, health.reset_policy, cause, health.added,
-                              health.removed)
+    def change(health: device_health.DeviceHealth, time: float, cause: str) -> LevelChange:
+        return LevelChange(time, health.device, health.previous, health.level,
+                           health.fault_type, health.reset_policy, cause, health.added,
+                           health.removed)
 
     def advance(to: float) -> Iterator[LevelChange]:
         nonlocal clock
         if clock is None:
             clock = to
             return
-        while clock + period < to:
-            due = engine.devices_due()
-            if not due:
-                break
+        while clock + period < to and engine.devices_due():
             clock += period
-            for device in sorted(due):
-                yield from changed(engine.health(device, clock), clock, "time passed")
+            for health in engine.sweep(clock, due_only=True):
+                yield change(health, clock, "time passed")
         clock = to
 
     for record in records:
         yield from advance(record.time)
         cause = f"line {record.line}"
+        health = None
         if record.event is not None:
-            event = record.event
-            cause += f": {event.code} {event.assertion}"
-            yield from changed(engine.report(event), record.time, cause)
+            cause += f": {record.event.code} {record.event.assertion}"
+            health = engine.report(record.event)
         elif record.release:
-            yield from changed(engine.release(record.release, record.time), record.time,
-                               cause + ": released by an operator")
+            cause += ": released by an operator"
+            health = engine.release(record.release, record.time)
         elif record.customization is not None:
             engine.reconfigure(table=engine.table, customization=record.customization)
+        if health is not None and health.changed:
+            yield change(health, record.time, cause)
         if record.event is None:
-            for device in sorted(engine.devices()):
-                yield from changed(engine.health(device, record.time), record.time, cause)
+            for swept in engine.sweep(record.time):
+                yield change(swept, record.time, cause)
     if until is not None and clock is not None and until > clock:
         yield from advance(until)
-        for device in sorted(engine.devices()):
-            yield from changed(engine.health(device, until), until, "time passed")
+        for health in engine.sweep(until):
+            yield change(health, until, "time passed")
