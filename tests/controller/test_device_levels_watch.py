@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+from tests.controller.test_controller_job_controller import FakeClock
 from trainguard.controller import device_levels
 from trainguard.detect import fault_config
 from trainguard.faults import device_health, events
@@ -15,19 +16,8 @@ from trainguard.faults.levels import Level
 TIMEOUT = 10.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return self.now
-
-
 def _watch(engine: device_health.FaultEngine, config: fault_config.FaultConfigDirectory | None,
-           clock: Clock, recorded: list[events.Event], until: type[events.Event],
+           clock: FakeClock, recorded: list[events.Event], until: type[events.Event],
            *, count: int = 1) -> None:
     """Run the watch until ``count`` events of type ``until`` are recorded."""
     async def scenario() -> None:
@@ -46,8 +36,8 @@ def _watch(engine: device_health.FaultEngine, config: fault_config.FaultConfigDi
 
 def test_time_alone_raises_a_lasting_link_down_and_the_change_is_recorded() -> None:
     engine = device_health.FaultEngine()
-    clock = Clock()
-    engine.report(DeviceFaultEvent("device-0", "81078603", Assertion.OCCUR, clock.now))
+    clock = FakeClock()
+    engine.report(DeviceFaultEvent("device-0", "81078603", Assertion.OCCUR, clock.wall()))
     clock.now += 21.0  # past the default FaultTimeout of 20 s
     recorded: list[events.Event] = []
 
@@ -69,7 +59,7 @@ def test_a_file_broken_while_running_keeps_the_last_good_configuration(tmp_path:
     (tmp_path / "faultCode.json").write_text("{not json")
     recorded: list[events.Event] = []
 
-    _watch(engine, config, Clock(), recorded, events.FaultConfigLoaded)
+    _watch(engine, config, FakeClock(), recorded, events.FaultConfigLoaded)
 
     (loaded,) = [e for e in recorded if isinstance(e, events.FaultConfigLoaded)]
     assert loaded.reloaded is False
@@ -90,7 +80,7 @@ def test_a_new_file_takes_effect_in_the_running_job(tmp_path: Path) -> None:
     (tmp_path / "faultCode.json").write_text(json.dumps({"SeparateNPUCodes": ["80E01801"]}))
     recorded: list[events.Event] = []
 
-    _watch(engine, config, Clock(), recorded, events.FaultConfigLoaded)
+    _watch(engine, config, FakeClock(), recorded, events.FaultConfigLoaded)
 
     (loaded,) = [e for e in recorded if isinstance(e, events.FaultConfigLoaded)]
     assert (loaded.reloaded, loaded.problems) == (True, [])

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from trainguard.faults import device_health, node_faults, public_messages, switch_faults
-from trainguard.faults.levels import SEVERITY, FaultType, Level
+from trainguard.faults.levels import FaultType, Level, most_serious
 
 __all__ = ["NODE_LEVELS", "SWITCH_LEVELS", "node_entry", "public_entries", "with_node"]
 
@@ -54,7 +54,7 @@ def node_entry(*, node: node_faults.NodeInfo | None = None,
             codes[key] = (entry.fault_time, SWITCH_LEVELS[entry.fault_level])
     if not codes:
         return None
-    level = max((level for _, level in codes.values()), key=SEVERITY.__getitem__)
+    level = most_serious(level for _, level in codes.values())
     return device_health.FaultEntry(FaultType.NODE_UNHEALTHY, "", level, codes)
 
 
@@ -69,12 +69,11 @@ def public_entries(faults: Iterable[public_messages.NodePublicFault], *, device:
             continue
         codes = by_type.setdefault(fault_type, {})
         time, level = codes.get(fault.fault_code, (fault.fault_time_ms / 1000, fault.level))
-        codes[fault.fault_code] = (time, max(level, fault.level, key=SEVERITY.__getitem__))
+        codes[fault.fault_code] = (time, most_serious((level, fault.level)))
     return tuple(
         device_health.FaultEntry(fault_type, "" if fault_type is FaultType.NODE_UNHEALTHY
                                  else f"device-{device}",
-                                 max((level for _, level in codes.values()),
-                                     key=SEVERITY.__getitem__), codes)
+                                 most_serious(level for _, level in codes.values()), codes)
         for fault_type, codes in by_type.items())
 
 
@@ -84,6 +83,5 @@ def with_node(health: device_health.DeviceHealth,
     extra = tuple(entries)
     if not extra:
         return health
-    worst = max((entry.fault_level for entry in extra), key=SEVERITY.__getitem__)
-    level = max(health.level, worst, key=SEVERITY.__getitem__)
+    level = most_serious((health.level, *(entry.fault_level for entry in extra)))
     return dataclasses.replace(health, level=level, node_entries=health.node_entries + extra)
