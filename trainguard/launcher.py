@@ -32,12 +32,14 @@ from trainguard.detect import fault_config, heartbeat
 from trainguard.faults import device_health, events
 from trainguard.store import api as store_api
 from trainguard.store import recorder, sqlite
+from trainguard.telemetry import live, metrics
 
 __all__ = ["LaunchError", "RunObserver", "RunReport", "RunSettings", "base_environment", "run"]
 
 logger = logging.getLogger(__name__)
 
 STORE_NAME = "state.db"
+LIVE_INTERVAL = 1.0  # seconds between updates of the live document and the metrics' rank view
 
 
 class LaunchError(RuntimeError):
@@ -66,8 +68,16 @@ class RunSettings:
     fault_config_interval: float = 2.0
     """Seconds between looks for changed fault configuration files, and between evaluations
     of the devices' levels, which time alone can change (> 0)."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics at /metrics on this port (0: a free port, printed at start);
+    unset: no metrics."""
+    metrics_address: str = "0.0.0.0"
+    """Address the metrics endpoint listens on: every interface, as exporters do for a scraper
+    on another host; 127.0.0.1 keeps it on this host."""
 
     def __post_init__(self) -> None:
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics-port must be 0 to 65535, got {self.metrics_port}")
         if not self.fault_config_interval > 0:
             raise ValueError("fault-config-interval must be > 0 seconds, got "
                              f"{self.fault_config_interval}")
@@ -95,6 +105,7 @@ class RunObserver(Protocol):
     def started(self, *, run_dir: Path, store_path: Path, checkpoint_dir: Path) -> None: ...
     def event(self, event: events.Event) -> None: ...
     def progress(self, progress: step_statistics.Progress) -> None: ...
+    def serving_metrics(self, *, url: str) -> None: ...
 
 
 def base_environment(nproc_per_node: int, environ: Mapping[str, str] = os.environ
@@ -121,6 +132,10 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     checkpoint_dir = settings.checkpoint.checkpoint_dir or run_dir / "checkpoints"
     directory = checkpoint_disk.CheckpointDirectory(checkpoint_dir)
     slots = snapshot_slots.SnapshotSlots()
+    clock = clocks.SystemClock()
+    tally = live.JobTally(max_restarts=settings.recovery.max_restarts, clock=clock)
+    exporter = (metrics.MetricsExporter(run=agent_settings.run_id, tally=tally, clock=clock)
+                if settings.metrics_port is not None else None)
     try:
         directory.ensure_writable()
         store = sqlite.SqliteStore.open(run_dir / STORE_NAME)
@@ -128,11 +143,14 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             for slot in range(snapshot_slots.SLOTS_PER_RANK):
                 if settings.snapshot_memory:
                     slots.grant(rank, slot, settings.snapshot_memory)
+        server = _serve_metrics(exporter, settings)
     except (checkpoint_disk.CheckpointError, store_api.StoreError,
             snapshot_slots.SnapshotMemoryError) as error:
         slots.close()
         raise LaunchError(str(error)) from error
-    clock = clocks.SystemClock()
+    except LaunchError:
+        slots.close()
+        raise
     events_recorder = recorder.EventRecorder(store, clock)
     env = base_environment(agent_settings.nproc_per_node)
     memory = checkpoint_memory.CheckpointMemory(
@@ -160,13 +178,20 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     controller = job_controller.JobController(
         settings.recovery, job=agent_settings.run_id, world_size=agent_settings.nproc_per_node,
         agent=agent, recorder=events_recorder, clock=clock, device_faults=engine)
+    events_recorder.subscribe(tally.event)
+    if exporter is not None:
+        events_recorder.subscribe(exporter.event)
     if observer is not None:
         events_recorder.subscribe(observer.event)
         observer.started(run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir)
+        if server is not None:
+            observer.serving_metrics(url=server.url)
     main = asyncio.current_task()
     assert main is not None
     with _signals_stop(settings.signals, controller, main):
         progress = asyncio.create_task(_report_progress(agent, observer, settings))
+        publishing = asyncio.create_task(_publish_live(agent, events_recorder, tally, exporter,
+                                                       clock=clock))
         watch = asyncio.create_task(device_levels.watch(
             engine, config=config, interval=settings.fault_config_interval,
             record=events_recorder.record, clock=clock, job=agent_settings.run_id))
@@ -179,8 +204,12 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
         finally:
             progress.cancel()
             watch.cancel()
-            await asyncio.gather(progress, watch, return_exceptions=True)
+            publishing.cancel()
+            await asyncio.gather(progress, watch, publishing, return_exceptions=True)
             await agent.close()
+            _publish_once(agent, events_recorder, tally, exporter, clock=clock)
+            if server is not None:
+                server.close()
             store.close()
     return RunReport(
         result=result, run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir,
@@ -225,3 +254,38 @@ async def _report_progress(agent: node_agent.NodeAgent, observer: RunObserver | 
     while True:
         await asyncio.sleep(settings.progress_interval)
         observer.progress(agent.progress())
+
+
+def _serve_metrics(exporter: metrics.MetricsExporter | None, settings: RunSettings
+                   ) -> metrics.MetricsServer | None:
+    """Raises: LaunchError when the metrics port cannot be listened on."""
+    if exporter is None or settings.metrics_port is None:
+        return None
+    try:
+        return exporter.serve(port=settings.metrics_port, address=settings.metrics_address)
+    except OSError as error:
+        raise LaunchError(f"metrics-port {settings.metrics_port}: cannot listen on "
+                          f"{settings.metrics_address or '*'}: {error}") from error
+
+
+async def _publish_live(agent: node_agent.NodeAgent, events_recorder: recorder.EventRecorder,
+                        tally: live.JobTally, exporter: metrics.MetricsExporter | None, *,
+                        clock: clocks.Clock) -> None:
+    """Every LIVE_INTERVAL: the live document for ``trainguard status``, the metrics' view."""
+    while True:
+        _publish_once(agent, events_recorder, tally, exporter, clock=clock)
+        await asyncio.sleep(LIVE_INTERVAL)
+
+
+def _publish_once(agent: node_agent.NodeAgent, events_recorder: recorder.EventRecorder,
+                  tally: live.JobTally, exporter: metrics.MetricsExporter | None, *,
+                  clock: clocks.Clock) -> None:
+    activity = agent.activity()
+    if exporter is not None:
+        exporter.observe(activity, agent.statistics)
+    job = agent.settings.run_id
+    document = live.LiveDocument.of(job=job, tally=tally, activity=activity, clock=clock)
+    try:
+        events_recorder.publish(live.document_name(job), document.to_data())
+    except store_api.StoreError as error:
+        logger.warning("the live status was not updated: %s", error)

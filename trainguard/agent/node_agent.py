@@ -378,6 +378,7 @@ class NodeAgent:
         generation = self._generation
         if worker is None or generation is None:
             return
+        self.statistics.heard(worker.rank, self._clock.monotonic())
         match message:
             case messages.StepMark(step=step, phase=phase, time=at):
                 self._detector.mark(worker.rank, phase, at=at)
@@ -389,9 +390,10 @@ class NodeAgent:
                     worker.completed_step = step
             case messages.Activity(kind=kind, active=active, time=at):
                 self._detector.activity(worker.rank, kind, active, at=at)
-            case messages.SnapshotCommitted(step=step, copy_seconds=seconds):
+            case messages.SnapshotCommitted(step=step, nbytes=nbytes, copy_seconds=seconds):
                 worker.committed_step = step
-                self.statistics.snapshot(seconds)
+                self.statistics.snapshot(worker.rank, step=step, nbytes=nbytes, seconds=seconds,
+                                         at=self._clock.monotonic())
                 self._checkpoints.committed()
                 self._changed.set()
             case messages.FaultInjected():
@@ -464,6 +466,15 @@ class NodeAgent:
             return self.statistics.progress(-1, None)
         begun = [w.begun_step for w in generation.workers.values() if w.begun_step is not None]
         return self.statistics.progress(generation.number, max(begun, default=None))
+
+    def activity(self) -> list[step_statistics.RankActivity]:
+        """Each rank of the current generation as last seen, by rank (none before the first)."""
+        generation = self._generation
+        if generation is None:
+            return []
+        return [self.statistics.activity(worker.rank, pid=worker.pid if worker.alive else None,
+                                         device=worker.device, step=worker.begun_step)
+                for worker in sorted(generation.workers.values(), key=lambda w: w.rank)]
 
     async def close(self) -> None:
         generation = self._generation

@@ -52,6 +52,9 @@ class ConsoleObserver:
             last = event.error_excerpt.strip().splitlines()[-1].replace("[", "\\[")
             self._line(f"  error: {last}", "red")
 
+    def serving_metrics(self, *, url: str) -> None:
+        self._line(f"metrics on {url}")
+
     def progress(self, progress: step_statistics.Progress) -> None:
         if progress.step is None:
             return

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from trainguard import __version__, testing
+from trainguard import __version__
 from trainguard.agent import control, node_agent
-from trainguard.cli import config_command, demo_command, faults_command, logs, run_command, runs
+from trainguard.cli import (
+    config_command,
+    demo_command,
+    events_command,
+    faults_command,
+    logs,
+    run_command,
+    runs,
+    status_command,
+)
 from trainguard.ipc import messages
-from trainguard.launcher import STORE_NAME
-from trainguard.store import sqlite
 
 __all__ = ["app", "main"]
 
@@ -26,10 +29,8 @@ app.add_typer(fault_app, name="fault")
 app.add_typer(faults_command.faults_app, name="faults")
 app.add_typer(config_command.config_app, name="config")
 
-RunDir = Annotated[Path | None, typer.Option(help="The run directory (default: the newest "
-                                             "under --run-root).")]
-RunRoot = Annotated[Path, typer.Option(envvar="TRAINGUARD_RUN_ROOT",
-                                       help="Where run directories are.")]
+RunDir = runs.RunDir
+RunRoot = runs.RunRoot
 
 
 @app.callback()
@@ -75,56 +76,6 @@ def inject(
     typer.echo(detail)
 
 
-@app.command("events")
-def show_events(
-    run_dir: RunDir = None,
-    run_root: RunRoot = run_command.DEFAULT_RUN_ROOT,
-    kind: Annotated[list[str] | None, typer.Option(help="Only events of this kind "
-                                                   "(repeatable).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
-) -> None:
-    """Show a run's recorded faults, decisions and recoveries."""
-    directory = runs.resolve(run_dir, run_root, marker=STORE_NAME)
-    recorded = testing.recorded_events(directory, *(kind or ()))
-    if as_json:
-        for event in recorded:
-            typer.echo(json.dumps({"id": event.id, "time": event.time, "kind": event.kind,
-                                   **event.data}))
-        return
-    table = Table(title=f"events of {directory}", title_justify="left")
-    for column in ("time", "kind", "generation", "details"):
-        table.add_column(column)
-    for event in recorded:
-        data = dict(event.data)
-        data.pop("job", None)
-        generation = str(data.pop("generation", ""))
-        details = ", ".join(f"{key}={value}" for key, value in data.items()
-                            if value not in (None, "") and key != "error_excerpt")
-        table.add_row(event.time, event.kind, generation, details)
-    Console().print(table)
-
-
-@app.command()
-def status(
-    run_dir: RunDir = None,
-    run_root: RunRoot = run_command.DEFAULT_RUN_ROOT,
-) -> None:
-    """Show a job's state: running or ended, generation, restarts used and left."""
-    directory = runs.resolve(run_dir, run_root, marker=STORE_NAME)
-    store = sqlite.SqliteStore.open(directory / STORE_NAME, read_only=True)
-    try:
-        job = directory.name
-        document = store.get_document(f"job-status-{job}")
-    finally:
-        store.close()
-    live = (directory / node_agent.AGENT_FILE).exists()
-    typer.echo(f"run {job} in {directory}: {'running' if live else 'not running'}")
-    if document is not None:
-        for key, value in document.data.items():
-            typer.echo(f"  {key}: {value}")
-        typer.echo(f"  updated: {document.updated}")
-
-
 @app.command(
     "run", add_help_option=False,
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -134,6 +85,8 @@ def run(context: typer.Context) -> None:
 
 
 app.command("demo")(demo_command.demo)
+app.command("events")(events_command.show_events)
+app.command("status")(status_command.status)
 
 
 def main() -> None:

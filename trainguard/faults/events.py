@@ -27,6 +27,7 @@ __all__ = [
     "JobOutcome",
     "RecoveryCompleted",
     "RecoveryFailed",
+    "known_kinds",
 ]
 
 
@@ -260,3 +261,15 @@ class JobFinished(Event):
 
     def summary(self) -> str:
         return f"job {self.outcome}: {self.reason}"
+
+
+def known_kinds() -> list[str]:
+    """Every event kind the store can hold, sorted: what ``trainguard events --kind`` accepts."""
+    found: set[str] = set()
+    pending: list[type[Event]] = [Event]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.KIND:
+            found.add(cls.KIND)
+    return sorted(found)

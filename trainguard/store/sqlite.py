@@ -76,6 +76,27 @@ class SqliteStore:
         rows = self._read(query + " ORDER BY id", parameters)
         return [api.StoredEvent(row[0], row[1], row[2], json.loads(row[3])) for row in rows]
 
+    def select_events(self, *, after_id: int = 0, kinds: Sequence[str] = (),
+                      since: str | None = None, limit: int | None = None
+                      ) -> list[api.StoredEvent]:
+        """Like :meth:`events`, also only those recorded at or after ``since`` (ISO-8601 UTC,
+        the format of ``time``, so text order is time order), and only the newest ``limit``."""
+        query = "SELECT id, time, kind, data FROM events WHERE id > ?"
+        parameters: list[Any] = [after_id]
+        if kinds:
+            query += f" AND kind IN ({', '.join('?' for _ in kinds)})"
+            parameters.extend(kinds)
+        if since is not None:
+            query += " AND time >= ?"
+            parameters.append(since)
+        query += " ORDER BY id DESC"
+        if limit is not None:
+            query += " LIMIT ?"
+            parameters.append(limit)
+        rows = self._read(query, parameters)
+        return [api.StoredEvent(row[0], row[1], row[2], json.loads(row[3]))
+                for row in reversed(rows)]
+
     def put_document(self, name: str, data: dict[str, Any], *, time: str) -> int:
         with self._write() as connection:
             row = connection.execute(

@@ -23,15 +23,18 @@ __all__ = ["ControlError", "InjectionKind", "end_process_tree", "inject_fault",
            "recorded_events"]
 
 
-def recorded_events(run_dir: Path, *kinds: str) -> list[api.StoredEvent]:
-    """The events of the run in ``run_dir``, oldest first, optionally only of ``kinds``.
+def recorded_events(run_dir: Path, *kinds: str, after_id: int = 0, since: str | None = None,
+                    limit: int | None = None) -> list[api.StoredEvent]:
+    """The events of the run in ``run_dir``, oldest first, optionally only of ``kinds``, only
+    after the event ``after_id``, only recorded at or after ``since`` (ISO-8601 UTC), and only
+    the newest ``limit``.
 
     Raises:
         trainguard.store.api.StoreError: ``run_dir`` has no state store.
     """
     store = sqlite.SqliteStore.open(run_dir / STORE_NAME, read_only=True)
     try:
-        return store.events(kinds=kinds)
+        return store.select_events(after_id=after_id, kinds=kinds, since=since, limit=limit)
     finally:
         store.close()
 
