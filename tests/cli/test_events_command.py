@@ -51,7 +51,8 @@ def test_an_unknown_kind_is_refused_with_the_known_kinds(run_dir: Path) -> None:
                                            str(run_dir)])
     assert result.exit_code == 2
     assert "unknown kind 'fault'" in result.output
-    assert "fault-detected" in result.output and "job-finished" in result.output
+    assert "fault-detected" in result.output
+    assert "job-finished" in result.output
 
 
 def test_limit_keeps_the_last_events_oldest_first(run_dir: Path) -> None:
@@ -83,5 +84,7 @@ def test_lines_show_local_time_rounded_durations_and_are_not_cut() -> None:
     line = events_command.format_event(event)
     local = datetime.datetime(2026, 12, 1, 10, tzinfo=datetime.UTC).astimezone()
     assert line.startswith(f"{local:%Y-%m-%d %H:%M:%S}  recovery-failed")
-    assert "recover_seconds=12.35s" in line and "seconds=1.23s," in line
-    assert reason in line and "job=" not in line
+    assert "recover_seconds=12.35s" in line
+    assert "seconds=1.23s," in line
+    assert reason in line
+    assert "job=" not in line

@@ -1,0 +1,132 @@
+"""``trainguard status``: which run it picks, and what it shows of the live document."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from trainguard import clock as clocks
+from trainguard.agent import node_agent, step_statistics
+from trainguard.cli import main, runs
+from trainguard.faults import events, process
+from trainguard.launcher import STORE_NAME
+from trainguard.store import recorder, sqlite
+from trainguard.telemetry import live
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 500.0
+        self.wall_now = 1_800_000_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.wall_now
+
+
+def make_run(root: Path, name: str, *, pid: int | None) -> Path:
+    directory = root / name
+    sqlite.SqliteStore.open(directory / STORE_NAME).close()
+    if pid is not None:
+        (directory / node_agent.AGENT_FILE).write_text(json.dumps({"pid": pid}))
+    return directory
+
+
+def dead_pid() -> int:
+    pid = 2**22 - 1
+    while os.path.exists(f"/proc/{pid}"):
+        pid -= 1
+    return pid
+
+
+def test_the_newest_running_run_is_chosen_over_a_newer_ended_one(tmp_path: Path) -> None:
+    running = make_run(tmp_path, "running", pid=os.getpid())
+    make_run(tmp_path, "ended", pid=None)
+    make_run(tmp_path, "killed", pid=dead_pid())
+    choice = runs.choose(None, tmp_path)
+    assert choice.directory == running
+    assert choice.running
+    assert choice.why == f"the newest running run under {tmp_path}"
+
+
+def test_without_a_running_run_the_newest_is_chosen_and_said_so(tmp_path: Path) -> None:
+    make_run(tmp_path, "older", pid=None)
+    newest = make_run(tmp_path, "newest", pid=dead_pid())
+    os.utime(newest / STORE_NAME, (2e9, 2e9))
+    choice = runs.choose(None, tmp_path)
+    assert (choice.directory, choice.running) == (newest, False)
+    assert choice.why == f"the newest run under {tmp_path}; none is running"
+
+
+def test_no_run_is_a_usage_error_that_says_where_it_looked(tmp_path: Path) -> None:
+    with pytest.raises(typer.BadParameter, match=f"no run with state.db under {tmp_path}"):
+        runs.choose(None, tmp_path)
+
+
+def test_the_live_document_carries_each_rank_and_the_tally(tmp_path: Path) -> None:
+    clock = FakeClock()
+    tally = live.JobTally(max_restarts=3, clock=clock)
+    tally.event(events.GenerationStarted(job="job", generation=1, world_size=2,
+                                         master_port=1, restart_count=1,
+                                         restore_source="memory", restore_step=4,
+                                         plan_seconds=0.0))
+    tally.event(events.DecisionMade(job="job", generation=0, strategy="exit", reason="r",
+                                    restarts_left=2))
+    tally.event(events.CheckpointPersisted(job="job", step=4, path="p", nbytes=10,
+                                           seconds=0.1))
+    statistics = step_statistics.StepStatistics()
+    for at in (490.0, 491.0, 492.0):
+        statistics.began(0, at)
+    statistics.heard(0, 499.0)
+    statistics.snapshot(0, step=3, nbytes=64, seconds=0.01, at=495.0)
+    activity = [statistics.activity(0, pid=42, device=0, step=3),
+                statistics.activity(1, pid=None, device=1, step=None)]
+    document = live.LiveDocument.of(job="job", tally=tally, activity=activity, clock=clock)
+    assert live.LiveDocument.from_data(json.loads(json.dumps(document.to_data()))) == document
+    assert (document.generation, document.restarts_left, document.persisted_step) == (1, 2, 4)
+    first, second = document.ranks
+    assert (first.pid, first.step, first.steps_per_second, first.snapshot_step) == (42, 3, 1.0, 3)
+    assert first.heartbeat_at == clocks.iso_utc(clock.wall_now - 1.0)
+    assert (second.pid, second.heartbeat_at, second.steps_per_second) == (None, None, None)
+
+
+def test_status_shows_each_rank_and_the_job(tmp_path: Path) -> None:
+    directory = make_run(tmp_path, "job", pid=None)
+    store = sqlite.SqliteStore.open(directory / STORE_NAME)
+    clock = clocks.SystemClock()
+    events_recorder = recorder.EventRecorder(store, clock)
+    tally = live.JobTally(max_restarts=1, clock=clock)
+    events_recorder.subscribe(tally.event)
+    events_recorder.record(events.FaultDetected.of(job="job", generation=0, fault=(
+        process.ProcessFault(rank=1, pid=7, kind=process.ProcessFaultKind.EXITED,
+                             returncode=1, detected_at=clock.monotonic(), last_step=2))))
+    statistics = step_statistics.StepStatistics()
+    statistics.heard(0, clock.monotonic())
+    events_recorder.publish(live.document_name("job"), live.LiveDocument.of(
+        job="job", tally=tally, clock=clock,
+        activity=[statistics.activity(0, pid=None, device=0, step=9)]).to_data())
+    events_recorder.publish("job-status-job", {"state": "succeeded", "reason": "done",
+                                               "restarts_used": 0})
+    store.close()
+    result = CliRunner().invoke(main.app, ["status", "--run-dir", str(directory)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"run job (not running, given with --run-dir): {directory}"
+    assert lines[1] == ("job: succeeded (done); generation -1; restarts 0 used, 1 left; "
+                        "faults 1")
+    assert lines[2] == "last persisted checkpoint: -"
+    assert lines[3].split() == ["rank", "pid", "device", "step", "steps/s", "heartbeat",
+                                "snapshot"]
+    assert lines[5].split()[:5] == ["0", "-", "0", "9", "-"]
+    data = json.loads(CliRunner().invoke(main.app, ["status", "--json", "--run-dir",
+                                                    str(directory)]).output)
+    assert data["ranks"][0]["step"] == 9
+    assert data["faults"] == 1
+    assert data["restarts_left"] == 1
