@@ -88,3 +88,8 @@ def test_lines_show_local_time_rounded_durations_and_are_not_cut() -> None:
     assert "seconds=1.23s," in line
     assert reason in line
     assert "job=" not in line
+
+
+def test_follow_returns_once_a_run_that_is_not_running_has_nothing_new(run_dir: Path) -> None:
+    lines = invoke("events", "--follow", "--json", "--run-dir", str(run_dir)).splitlines()
+    assert [json.loads(line)["kind"] for line in lines] == ["fault-injection", "decision"]

@@ -130,3 +130,12 @@ def test_status_shows_each_rank_and_the_job(tmp_path: Path) -> None:
     assert data["ranks"][0]["step"] == 9
     assert data["faults"] == 1
     assert data["restarts_left"] == 1
+
+
+def test_watch_draws_once_and_returns_for_a_run_that_is_not_running(tmp_path: Path) -> None:
+    directory = make_run(tmp_path, "job", pid=dead_pid())
+    result = CliRunner().invoke(main.app, ["status", "--watch", "--interval", "0.1",
+                                           "--run-dir", str(directory)])
+    assert result.exit_code == 0, result.output
+    assert f"run job (not running, given with --run-dir): {directory}" in result.output
+    assert "no live status recorded for this run" in result.output
