@@ -21,7 +21,7 @@ from trainguard.launcher import STORE_NAME
 __all__ = ["RunChoice", "RunDir", "RunRoot", "choose", "is_running", "resolve"]
 
 RunDir = Annotated[Path | None, typer.Option(help="The run directory (default: the newest "
-                                             "under --run-root).")]
+                                             "running run under --run-root, else the newest).")]
 RunRoot = Annotated[Path, typer.Option(envvar="TRAINGUARD_RUN_ROOT",
                                        help="Where run directories are.")]
 

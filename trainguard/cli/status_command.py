@@ -167,7 +167,9 @@ def _watch(choice: runs.RunChoice, console: Console, interval: float) -> None:
         try:
             while choice.running:
                 time.sleep(interval)
-                choice = dataclasses.replace(choice, running=runs.is_running(choice.directory))
+                if not runs.is_running(choice.directory):
+                    choice = dataclasses.replace(choice, running=False,
+                                                 why=f"{choice.why}; it ended while watched")
                 display.update(render(read_status(choice), now=time.time()), refresh=True)
         except KeyboardInterrupt:
             return
