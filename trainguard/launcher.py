@@ -68,6 +68,11 @@ class RunSettings:
     of the devices' levels, which time alone can change (> 0)."""
 
     def __post_init__(self) -> None:
+        if self.snapshot_memory < 0:
+            raise ValueError(f"snapshot-memory must be >= 0 bytes, got {self.snapshot_memory}")
+        if not self.progress_interval >= 0:  # NaN fails this too
+            raise ValueError(f"progress-interval must be >= 0 seconds, got "
+                             f"{self.progress_interval}")
         if not self.fault_config_interval > 0:
             raise ValueError("fault-config-interval must be > 0 seconds, got "
                              f"{self.fault_config_interval}")

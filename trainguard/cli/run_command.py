@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import logging
 import os
+import re
 import signal
 import uuid
 from collections.abc import Sequence
@@ -168,6 +169,9 @@ def _program(arguments: argparse.Namespace) -> workers.ProgramSpec:
         return workers.ProgramSpec("module", script, args)
     if arguments.no_python:
         return workers.ProgramSpec("exec", script, args)
+    if Path(script).is_dir():
+        raise UsageError(f"training script {script!r} is a directory; name a file, or use -m "
+                         "for a package with a __main__ module")
     if not Path(script).is_file():
         raise UsageError(f"training script {script!r} does not exist")
     return workers.ProgramSpec("path", str(Path(script).resolve()), args)
@@ -181,8 +185,16 @@ def _warn_ignored(arguments: argparse.Namespace) -> None:
             logger.warning("%s has no effect: %s", flag.names[0], flag.ignored)
 
 
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_RUN_ID_RULE = ("1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit "
+                "(it names a directory under --run-root)")
+
+
 def _run_id(value: str) -> str:
+    """The job's id, which names its run directory, so it must stay one plain name."""
     if value and value != "none":
+        if not _RUN_ID.fullmatch(value):
+            raise UsageError(f"--rdzv-id/--run-id {value!r}: a run id is {_RUN_ID_RULE}")
         return value
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
@@ -202,6 +214,16 @@ def _output(arguments: argparse.Namespace, run_dir: Path) -> worker_output.Outpu
         line_prefix_template=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"))
 
 
+def _directory(flag: str, path: Path) -> None:
+    """A directory trainguard will create or use: refused when a file stands in its way."""
+    for ancestor in (path, *path.parents):
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                what = "is a file" if ancestor == path else f"is inside {str(ancestor)!r}, a file"
+                raise UsageError(f"{flag} {str(path)!r} {what}; name a directory")
+            return
+
+
 def build_settings(arguments: argparse.Namespace) -> launcher.RunSettings:
     """Settings for one run from parsed arguments. Raises: UsageError naming the flag."""
     if arguments.nnodes not in ("1", "1:1"):
@@ -213,15 +235,25 @@ def build_settings(arguments: argparse.Namespace) -> launcher.RunSettings:
     nproc = _nproc(arguments.nproc_per_node)
     run_id = _run_id(arguments.rdzv_id)
     run_dir = arguments.own__run_root / run_id
+    _directory("--run-root", arguments.own__run_root)
+    if arguments.log_dir:
+        _directory("--log-dir", Path(arguments.log_dir))
+    if arguments.checkpoint__checkpoint_dir is not None:
+        _directory("--checkpoint-dir", arguments.checkpoint__checkpoint_dir)
+    fault_config_dir = arguments.run__fault_config_dir
+    if fault_config_dir is not None and not fault_config_dir.is_dir():
+        raise UsageError(f"--fault-config-dir {str(fault_config_dir)!r} is not a directory")
     values = vars(arguments)
     groups = {group.key: group for group in GROUPS}
+    # torchrun's --shutdown-timeout has no default of its own; the settings' applies.
+    shutdown: dict[str, Any] = ({} if arguments.shutdown_timeout is None
+                else {"shutdown_timeout": float(arguments.shutdown_timeout)})
     try:
         agent = groups["agent"].build(
             values, nproc_per_node=nproc, program=_program(arguments), run_id=run_id,
             run_dir=run_dir, role=arguments.role, master_addr=arguments.master_addr,
             master_port=arguments.master_port, max_restarts=arguments.max_restarts,
-            monitor_interval=arguments.monitor_interval,
-            shutdown_timeout=float(arguments.shutdown_timeout or 30),
+            monitor_interval=arguments.monitor_interval, **shutdown,
             output=_output(arguments, run_dir), fault_plan=_fault_plan(
                 ",".join(arguments.own__inject or [os.environ.get("TRAINGUARD_INJECT", "")])))
         settings: launcher.RunSettings = groups["run"].build(
