@@ -137,6 +137,11 @@ def _gpu_count() -> int:
         return 0
 
 
+def _has_devices() -> bool:
+    """NVIDIA GPUs (through NVML) or Ascend NPUs (their device files) on this host."""
+    return _gpu_count() > 0 or any(Path("/dev").glob("davinci[0-9]*"))
+
+
 def _fault_plan(text: str) -> tuple[fault_injection.PlannedFault, ...]:
     plan = []
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -290,7 +295,7 @@ def main(argv: Sequence[str]) -> int:
         settings = build_settings(arguments)
     except UsageError as error:
         command_line.error(str(error))
-    observer = console_output.ConsoleObserver()
+    observer = console_output.ConsoleObserver(devices=_has_devices())
     try:
         report = asyncio.run(launcher.run(settings, observer=observer))
     except launcher.LaunchError as error:
