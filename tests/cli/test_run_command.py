@@ -117,7 +117,9 @@ def test_ignored_torchrun_flags_warn(script: Path, caplog: pytest.LogCaptureFixt
     (["--no-such-flag", "x.py"], "unrecognized arguments: --no-such-flag"),
     ([], "the following arguments are required: training_script"),
     (["--max-restarts", "many", "x.py"], "argument --max-restarts/--max_restarts: invalid int"),
-    (["--heartbeat-floor", "soon", "x.py"], "--heartbeat-floor: 'soon' is not a valid float"),
+    (["--heartbeat-floor", "soon", "x.py"], "--heartbeat-floor: 'soon' is not a duration"),
+    (["--monitor-interval", "soon", "x.py"],
+     "argument --monitor-interval/--monitor_interval: 'soon' is not a duration"),
 ])
 def test_malformed_command_lines(args: list[str], expected: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:
