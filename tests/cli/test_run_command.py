@@ -261,3 +261,24 @@ def test_usage_errors_exit_2_with_the_flag(args: list[str], script: Path,
         run_command.main([*args, str(script)])
     assert exited.value.code == 2
     assert args[0].lstrip("-").split("/")[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--heartbeat-flor", "3", "x.py"],
+     "unrecognized arguments: --heartbeat-flor (did you mean --heartbeat-floor?)"),
+    (["--nproc-per-nod=2", "x.py"],
+     "unrecognized arguments: --nproc-per-nod=2 (did you mean --nproc-per-node?)"),
+    (["--max_restart", "2", "x.py"], "(did you mean --max_restarts?)"),
+])
+def test_an_unknown_flag_suggests_the_closest(args: list[str], expected: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_command.parser().parse_args(args)
+    assert exited.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_an_unknown_flag_far_from_any_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run_command.parser().parse_args(["--zzzzzzzz", "x.py"])
+    assert capsys.readouterr().err.rstrip().endswith("unrecognized arguments: --zzzzzzzz")

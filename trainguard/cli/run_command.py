@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime
+import difflib
 import logging
 import os
 import re
@@ -18,7 +19,7 @@ import signal
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -75,8 +76,23 @@ def _env_default(flag: torchrun_flags.TorchrunFlag) -> Any:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the closest known flag suggested for an unknown one."""
+
+    def error(self, message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            flags = sorted(self._option_string_actions)
+            for argument in message.removeprefix(prefix).split():
+                close = difflib.get_close_matches(argument.split("=")[0], flags, n=1)
+                if argument.startswith("-") and close:
+                    message += f" (did you mean {close[0]}?)"
+                    break
+        super().error(message)
+
+
 def parser() -> argparse.ArgumentParser:
-    result = argparse.ArgumentParser(
+    result = _Parser(
         prog="trainguard run", allow_abbrev=False,
         description="Run a distributed PyTorch job like torchrun, with fault detection and "
                     "recovery: a failed or hung worker is seen at once and the job restarts "
