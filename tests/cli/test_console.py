@@ -108,7 +108,8 @@ def test_a_script_without_a_session_is_said_restarted_and_its_steps_not_reported
     text = _summary(_report(policy.Strategy.EXIT, recovery=None, training_seconds=None,
                             resume_step=0))
 
-    assert "restart job (exit)" in text
+    assert "restart job " in text
+    assert "restart job: exit in the original" in text
     assert "restarted" in text
     assert " no " not in text
     assert "not reported (the script does not use trainguard.train)" in text
@@ -121,7 +122,8 @@ def test_a_session_script_reports_its_recovery_and_steps() -> None:
     text = _summary(_report(policy.Strategy.RECOVER_IN_PLACE, recovery=recovery,
                             training_seconds=8.0, resume_step=50))
 
-    assert "restart failed ranks (recover-in-place)" in text
+    assert "restart failed ranks " in text
+    assert "restart failed ranks: recover-in-place in the original" in text
     assert "1.50 s" in text
     assert "not reported" not in text
     assert "steps completed" in text
@@ -134,3 +136,15 @@ def test_a_failed_job_without_a_session_did_not_restart() -> None:
 
     assert "restarted" not in text
     assert " no " in text
+
+
+def test_the_summary_fits_80_columns() -> None:
+    recovery = events.RecoveryCompleted(
+        job=JOB, generation=1, fault_rank=1, strategy="recover-in-place", detect_seconds=0.01,
+        recover_seconds=0.16, steps_lost=0, restore_source="memory and peers", restore_step=5)
+    out = io.StringIO()
+    console.render_summary(_report(policy.Strategy.RECOVER_IN_PLACE, recovery=recovery,
+                                   training_seconds=8.0, resume_step=12),
+                           Console(file=out, width=80))
+    assert "…" not in out.getvalue()
+    assert "restart failed ranks" in out.getvalue()

@@ -108,22 +108,27 @@ def render_summary(report: RunReport, console: Console) -> None:
     # Step marks come from trainguard.train; a script without it never sends one.
     steps_reported = report.training_seconds is not None
     if result.faults:
+        used = [policy.Strategy(record.recovery.strategy if record.recovery
+                                else record.decision.strategy) for record in result.faults]
+        # The table is narrow: the strategies' labels there, the original's names below.
+        aliases = "".join(sorted({f"; {s.label}: {s} in the original" for s in used
+                                  if s.value not in s.label}))
         table = Table(title="Faults and recoveries", title_justify="left",
                       caption="*: injected. detected: fault -> seen; recovered: fault -> every "
                               "rank stepping again; lost: completed steps redone; +peer: a "
-                              "rank's state came from a data-parallel replica",
+                              f"rank's state came from a data-parallel replica{aliases}",
                       caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                       padding=(0, 1), collapse_padding=True, show_edge=False)
         for column in ("rank", "fault", "step", "strategy", "detected", "recovered", "lost",
                        "restored"):
             table.add_column(column, justify="left" if column in ("fault", "strategy")
-                             else "right", no_wrap=True)
-        for record in result.faults:
+                             else "right", no_wrap=column != "strategy")
+        for record, strategy in zip(result.faults, used, strict=True):
             fault, recovery = record.fault, record.recovery
             what = f"{fault.injected}*" if fault.injected else str(fault.kind)
             table.add_row(
                 str(fault.rank), what, "-" if fault.last_step is None else str(fault.last_step),
-                _shown(recovery.strategy if recovery else record.decision.strategy),
+                strategy.label,
                 _seconds(fault.detect_seconds),
                 _recovered(record, steps_reported=steps_reported),
                 str(recovery.steps_lost) if recovery else "-",
