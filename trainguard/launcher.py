@@ -78,6 +78,11 @@ class RunSettings:
     def __post_init__(self) -> None:
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics-port must be 0 to 65535, got {self.metrics_port}")
+        if self.snapshot_memory < 0:
+            raise ValueError(f"snapshot-memory must be >= 0 bytes, got {self.snapshot_memory}")
+        if not self.progress_interval >= 0:  # NaN fails this too
+            raise ValueError(f"progress-interval must be >= 0 seconds, got "
+                             f"{self.progress_interval}")
         if not self.fault_config_interval > 0:
             raise ValueError("fault-config-interval must be > 0 seconds, got "
                              f"{self.fault_config_interval}")

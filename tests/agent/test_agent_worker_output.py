@@ -167,8 +167,22 @@ def test_for_worker_tee_goes_to_both(
         pump.connection_lost(None)
 
     asyncio.run(scenario())
-    assert capsysbinary.readouterr().err == b"both\n"
+    # torchrun's header on the console ([<role><local_rank>]:), the raw stream in the file
+    assert capsysbinary.readouterr().err == b"[trainer1]:both\n"
     assert (tmp_path / "run-7" / "attempt_2" / "1" / "stderr.log").read_bytes() == b"both\n"
+
+
+def test_for_worker_tee_prefix_template_wins(
+        tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    settings = OutputSettings(tee=Std.OUT, log_dir=tmp_path, line_prefix_template="[$rank] ")
+
+    async def scenario() -> None:
+        pump = make_pump(settings, Std.OUT)
+        pump.data_received(b"x\n")
+        pump.connection_lost(None)
+
+    asyncio.run(scenario())
+    assert capsysbinary.readouterr().out == b"[3] x\n"
 
 
 def test_for_worker_filtered_rank_is_not_shown(

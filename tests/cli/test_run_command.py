@@ -117,7 +117,9 @@ def test_ignored_torchrun_flags_warn(script: Path, caplog: pytest.LogCaptureFixt
     (["--no-such-flag", "x.py"], "unrecognized arguments: --no-such-flag"),
     ([], "the following arguments are required: training_script"),
     (["--max-restarts", "many", "x.py"], "argument --max-restarts/--max_restarts: invalid int"),
-    (["--heartbeat-floor", "soon", "x.py"], "--heartbeat-floor: 'soon' is not a valid float"),
+    (["--heartbeat-floor", "soon", "x.py"], "--heartbeat-floor: 'soon' is not a duration"),
+    (["--monitor-interval", "soon", "x.py"],
+     "argument --monitor-interval/--monitor_interval: 'soon' is not a duration"),
 ])
 def test_malformed_command_lines(args: list[str], expected: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,3 +159,128 @@ def test_bad_environment_value_names_the_variable(script: Path,
     monkeypatch.setenv("TRAINGUARD_HEARTBEAT_FLOOR", "soon")
     with pytest.raises(run_command.UsageError, match="TRAINGUARD_HEARTBEAT_FLOOR: 'soon'"):
         parse([str(script)])
+
+
+# Every numeric flag of `trainguard run`, with a value that cannot mean anything: each is a usage
+# error that names the flag, never a traceback later on nor a silent default.
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--max-restarts", "-1"], "max-restarts must be >= 0, got -1"),
+    (["--monitor-interval", "0"], "monitor-interval must be > 0 seconds, got 0.0"),
+    (["--monitor-interval", "nan"], "monitor-interval must be > 0 seconds, got nan"),
+    (["--shutdown-timeout", "-3"], "shutdown-timeout must be > 0 seconds, got -3.0"),
+    (["--shutdown-timeout", "0"], "shutdown-timeout must be > 0 seconds, got 0.0"),
+    (["--master-port", "-5"], "master-port must be 1..65535, got -5"),
+    (["--master-port", "70000"], "master-port must be 1..65535, got 70000"),
+    (["--metrics-port", "-1"], "metrics-port must be 0 to 65535, got -1"),
+    (["--metrics-port", "70000"], "metrics-port must be 0 to 65535, got 70000"),
+    (["--node-rank", "-1"], "--node-rank"),
+    (["--nproc-per-node", "0"], "--nproc-per-node: '0' is not a positive number"),
+    (["--nproc-per-node", "-2"], "--nproc-per-node: '-2' is not a positive number"),
+    (["--heartbeat-floor", "0"], "heartbeat floor must be > 0 seconds, got 0.0"),
+    (["--heartbeat-cap", "-1"], "heartbeat cap (-1.0 s) must be >="),
+    (["--heartbeat-factor", "0.5"], "heartbeat factor must be >= 1, got 0.5"),
+    (["--heartbeat-window", "0"], "heartbeat window must be >= 1 interval, got 0"),
+    (["--heartbeat-startup-timeout", "0"], "heartbeat-startup-timeout must be > 0 seconds"),
+    (["--heartbeat-busy-timeout", "-1"], "heartbeat-busy-timeout must be > 0 seconds"),
+    (["--heartbeat-idle-timeout", "0"], "heartbeat-idle-timeout must be > 0 seconds"),
+    (["--heartbeat-exit-timeout", "-2"], "heartbeat-exit-timeout must be > 0 seconds"),
+    (["--keep-checkpoints", "-1"], "keep-checkpoints must be >= 1, got -1"),
+    (["--persist-interval", "-1"], "persist-interval must be >= 0 seconds, got -1.0"),
+    (["--persist-bandwidth", "-1"], "persist-bandwidth must be >= 0, got -1"),
+    (["--crash-loop-window", "-1"], "crash-loop-window must be >= 0 seconds, got -1.0"),
+    (["--crash-loop-settle", "-1"], "crash-loop-settle must be >= 0 seconds, got -1.0"),
+    (["--snapshot-grace", "nan"], "snapshot-grace must be >= 0 seconds, got nan"),
+    (["--recover-timeout", "0"], "recover-timeout must be > 0 seconds, got 0.0"),
+    (["--snapshot-memory", "-1"], "snapshot-memory must be >= 0 bytes, got -1"),
+    (["--progress-interval", "-1"], "progress-interval must be >= 0 seconds, got -1.0"),
+    (["--fault-config-interval", "0"], "fault-config-interval must be > 0 seconds, got 0.0"),
+    (["--dp-size", "0"], "dp-size must be >= 1, got 0"),
+    (["--dp-size", "-1"], "dp-size must be >= 1, got -1"),
+    (["--spare-devices", "-1"], "spare-devices must be >= 0, got -1"),
+    (["--leave-timeout", "-1"], "leave-timeout must be > 0 seconds, got -1.0"),
+    (["--leave-timeout", "0"], "leave-timeout must be > 0 seconds, got 0.0"),
+])
+def test_meaningless_numbers_are_refused(args: list[str], expected: str, script: Path) -> None:
+    with pytest.raises(run_command.UsageError) as caught:
+        parse([*args, str(script)])
+    assert expected in str(caught.value)
+
+
+def test_every_numeric_flag_is_in_the_sweep() -> None:
+    """A numeric flag added later must join the table above."""
+    source = Path(__file__).read_text()
+    numeric = [action.option_strings[0] for action in run_command.parser()._actions
+               if action.option_strings and action.type in (int, float)]
+    numeric += [action.option_strings[0] for action in run_command.parser()._actions
+                if action.metavar in ("N", "NUMBER", "DURATION")]
+    assert {"--max-restarts", "--snapshot-memory", "--leave-timeout"} <= set(numeric)
+    missing = [flag for flag in numeric if f'["{flag}", ' not in source]
+    assert not missing
+
+
+def test_shutdown_timeout_defaults_to_the_settings(script: Path) -> None:
+    assert parse([str(script)]).agent.shutdown_timeout == 30.0
+    assert parse(["--shutdown-timeout", "5", str(script)]).agent.shutdown_timeout == 5.0
+
+
+def test_directory_as_script_is_refused_as_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(run_command.UsageError, match="is a directory; name a file, or use -m"):
+        parse([str(tmp_path)])
+
+
+@pytest.mark.parametrize("flag", ["--run-root", "--log-dir", "--checkpoint-dir"])
+def test_a_file_where_a_directory_belongs_is_refused(flag: str, script: Path,
+                                                     tmp_path: Path) -> None:
+    with pytest.raises(run_command.UsageError, match=f"{flag} '.*train.py' is a file; name a"):
+        parse([flag, str(script), str(script)])
+    with pytest.raises(run_command.UsageError, match=f"{flag} '.*' is inside '.*train.py', a "):
+        parse([flag, str(script / "sub"), str(script)])
+
+
+def test_fault_config_dir_must_be_a_directory(script: Path, tmp_path: Path) -> None:
+    with pytest.raises(run_command.UsageError, match=r"--fault-config-dir '.*' is not a direc"):
+        parse(["--fault-config-dir", str(tmp_path / "missing"), str(script)])
+
+
+@pytest.mark.parametrize("run_id", ["../../x", "/tmp/x", "a/b", ".hidden", "..", "a b",
+                                    "x" * 129])
+def test_run_ids_that_are_not_one_plain_name_are_refused(run_id: str, script: Path) -> None:
+    with pytest.raises(run_command.UsageError,
+                       match=r"a run id is 1 to 128 letters, digits, '[.]', '_' or '-', starting"):
+        parse(["--run-id", run_id, str(script)])
+
+
+@pytest.mark.parametrize("run_id", ["job7", "2026-12-01_a.b", "x" * 128])
+def test_plain_run_ids_are_kept(run_id: str, script: Path, tmp_path: Path) -> None:
+    settings = parse(["--run-root", str(tmp_path), "--run-id", run_id, str(script)])
+    assert settings.agent.run_dir == tmp_path / run_id
+
+
+@pytest.mark.parametrize("args", [["--snapshot-memory", "-1"], ["--run-id", "../../x"]])
+def test_usage_errors_exit_2_with_the_flag(args: list[str], script: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_command.main([*args, str(script)])
+    assert exited.value.code == 2
+    assert args[0].lstrip("-").split("/")[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--heartbeat-flor", "3", "x.py"],
+     "unrecognized arguments: --heartbeat-flor (did you mean --heartbeat-floor?)"),
+    (["--nproc-per-nod=2", "x.py"],
+     "unrecognized arguments: --nproc-per-nod=2 (did you mean --nproc-per-node?)"),
+    (["--max_restart", "2", "x.py"], "(did you mean --max_restarts?)"),
+])
+def test_an_unknown_flag_suggests_the_closest(args: list[str], expected: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_command.parser().parse_args(args)
+    assert exited.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_an_unknown_flag_far_from_any_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run_command.parser().parse_args(["--zzzzzzzz", "x.py"])
+    assert capsys.readouterr().err.rstrip().endswith("unrecognized arguments: --zzzzzzzz")

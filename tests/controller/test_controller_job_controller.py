@@ -309,7 +309,10 @@ def test_a_fault_then_success(store: sqlite.SqliteStore) -> None:
         assert detected["description"] == "rank 1 (pid 4001) failed with exit code 1 at step 42"
         (decision,) = h.data("decision")
         assert decision == {"job": JOB, "generation": 0, "strategy": "exit",
-                            "reason": "exited process: job-level restart", "restarts_left": 1}
+                            "reason": "exited process: restart every process (not retry "
+                            "step, restart failed ranks, move to spare: the script does not use "
+                            "session.run; not dump: not in --recover-strategy)",
+                            "restarts_left": 1}
         started = h.data("generation-started")
         assert [(s["generation"], s["restart_count"], s["master_port"]) for s in started] == [
             (0, 0, 29500), (1, 1, 29501)]

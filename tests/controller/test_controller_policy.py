@@ -81,7 +81,8 @@ def test_settings_accept_zero() -> None:
 def test_restart_while_the_budget_lasts() -> None:
     decision = policy.decide(SETTINGS, _context(progressed=True, restarts_left=1))
 
-    assert decision == policy.Decision(policy.Strategy.EXIT, "exited process: job-level restart")
+    assert decision.strategy is policy.Strategy.EXIT
+    assert decision.reason.startswith("exited process: restart every process (not retry step")
 
 
 def test_budget_exhausted_fails_naming_max_restarts_and_the_fault() -> None:
@@ -144,7 +145,10 @@ def test_not_a_crash_loop(context: policy.FaultContext, why: str) -> None:
 def test_hung_fault_restart_reason_names_the_kind() -> None:
     fault = _fault(kind=process.ProcessFaultKind.HUNG, returncode=None)
 
-    assert policy.decide(SETTINGS, _context(fault)).reason == "hung process: job-level restart"
+    assert policy.decide(SETTINGS, _context(fault)).reason == (
+        "hung process: restart every process (not retry step, restart failed ranks, move to "
+        "spare: the script does not use session.run; not dump: a failed rank has no healthy "
+        "data-parallel replica)")
 
 
 def test_not_a_crash_loop_still_spends_the_budget() -> None:
@@ -215,7 +219,8 @@ def test_progress_with_budget_left_always_restarts(settings: policy.RecoverySett
     decision = policy.decide(settings, context)
 
     assert decision.strategy is policy.Strategy.EXIT
-    assert decision.reason == f"{context.fault.kind} process: job-level restart"
+    assert decision.reason.startswith(f"{context.fault.kind} process: restart every process (")
+    assert "the script does not use session.run" in decision.reason
 
 
 @given(settings=recovery_settings(),
@@ -226,3 +231,22 @@ def test_no_budget_left_always_fails(settings: policy.RecoverySettings,
 
     assert decision.strategy is policy.Strategy.FAIL
     assert decision.reason.startswith(("crash loop", "retry budget exhausted"))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("retry-step,restart-failed-ranks", ("retry", "recover-in-place", "exit")),
+    ("move-to-spare,dump", ("recover", "dump", "exit")),
+    ("restart-job", ("exit",)),
+    ("retry,recover-in-place,recover,dump,exit", ("retry", "recover-in-place", "recover",
+                                                  "dump", "exit")),
+])
+def test_recover_strategy_takes_the_new_words_and_the_original_names(
+        text: str, expected: tuple[str, ...]) -> None:
+    assert policy.parse_strategies(text) == tuple(policy.Strategy(name) for name in expected)
+
+
+def test_a_plain_script_is_told_why_no_process_survives() -> None:
+    decision = policy.decide(SETTINGS, _context(progressed=True, restarts_left=1))
+
+    assert ("not retry step, restart failed ranks, move to spare: the script does not use "
+            "session.run") in decision.reason

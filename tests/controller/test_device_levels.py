@@ -150,9 +150,8 @@ def test_a_second_memory_error_on_one_device_moves_the_rank_to_a_spare(
         (retry, recover) = _decisions(h)
         assert retry[0] == "retry"
         assert recover == ("recover", (
-            "raised process: move the failed ranks to spare devices (not retry: device-1 is "
-            "ManuallySeparateNPU (80E01801), which takes it out of use; not recover-in-place: "
-            "device-1 is ManuallySeparateNPU (80E01801), which takes it out of use)"))
+            "raised process: move the failed ranks to spare devices (not retry step, restart "
+            "failed ranks: device-1 is isolated (ManuallySeparateNPU) after code 80E01801)"))
 
         first_grade, second_grade = _graded(h)
         assert first_grade == {
@@ -197,8 +196,9 @@ def test_a_second_memory_error_without_spares_restarts_the_job(
             policy.Strategy.RETRY, policy.Strategy.EXIT]
         strategy, reason = _decisions(h)[1]
         assert strategy == "exit"
-        assert "not retry: device-2 is ManuallySeparateNPU (80E01801)" in reason
-        assert "not recover: 0 spare devices for 1 failed ranks" in reason
+        assert ("not retry step, restart failed ranks: device-2 is isolated "
+                "(ManuallySeparateNPU) after code 80E01801") in reason
+        assert "not move to spare: 0 spare devices for 1 failed ranks" in reason
         assert [g["level"] for g in _graded(h)] == ["RestartBusiness", "ManuallySeparateNPU"]
 
     run_scenario(scenario)
@@ -327,8 +327,8 @@ def test_a_separate_npu_code_is_never_retried_nor_recovered_in_place(
         assert record.decision.strategy is strategy
         assert record.fault.level is Level.SEPARATE_NPU
         (_, reason), = _decisions(h)
-        assert ("not retry: not every fault is transient; not recover-in-place: device-0 is "
-                "SeparateNPU (80E3A201), which takes it out of use") in reason
+        assert ("not retry step: not every fault is transient; not restart failed ranks: "
+                "device-0 is isolated (SeparateNPU) after code 80E3A201") in reason
         (graded,) = _graded(h)
         assert (graded["device"], graded["level"], graded["reset_policy"],
                 graded["upgrade_reasons"]) == ("device-0", "SeparateNPU", "isolate", [])

@@ -87,7 +87,8 @@ def test_parse_strategies_names_an_unknown_strategy(name: str) -> None:
 
     assert str(caught.value) == (
         f"recover-strategy: {name!r} is not a strategy "
-        "(known: retry, recover-in-place, recover, dump, exit)")
+        "(known: retry, restart-failed-ranks (recover-in-place), move-to-spare (recover), "
+        "dump, restart-job (exit))")
 
 
 @pytest.mark.parametrize("text", ["fail", "retry, fail", "fail,exit"])
@@ -189,7 +190,8 @@ def test_fit_to_job_refuses_an_explicit_recover_without_spares() -> None:
                           spares=0, explicit=True)
 
     message = str(caught.value)
-    assert message.startswith("recover-strategy: recover moves failed ranks to spare devices")
+    assert message.startswith(
+        "recover-strategy: move to spare (recover) moves failed ranks to spare devices")
     assert "spare" in message
     assert "--spare-devices" in message
 
@@ -200,8 +202,8 @@ def test_fit_to_job_refuses_an_explicit_recover_without_replicas() -> None:
                           spares=2, explicit=True)
 
     assert str(caught.value) == (
-        "recover-strategy: recover loads the moved ranks' state from a data-parallel replica, "
-        "and the job has none (--dp-size 1)")
+        "recover-strategy: move to spare (recover) loads the moved ranks' state from a "
+        "data-parallel replica, and the job has none (--dp-size 1)")
 
 
 def test_fit_to_job_refuses_an_explicit_dump_with_dp_size_one() -> None:
@@ -220,9 +222,9 @@ def test_fit_to_job_names_every_refused_strategy() -> None:
 
     message = str(caught.value)
     assert message.count("; ") == 1
-    assert "recover moves failed ranks to spare devices" in message
+    assert "move to spare (recover) moves failed ranks to spare devices" in message
     assert "dump saves the failed ranks' state" in message
-    assert message.index("recover moves") < message.index("dump saves")
+    assert message.index("(recover) moves") < message.index("dump saves")
 
 
 @pytest.mark.parametrize("explicit", [True, False])
@@ -264,7 +266,7 @@ def test_retry_needs_every_failed_rank_to_be_transient() -> None:
 
     assert decision.strategy is Strategy.RECOVER_IN_PLACE
     assert decision.reason == ("raised process: restart the failed processes in place "
-                               "(not retry: not every fault is transient)")
+                               "(not retry step: not every fault is transient)")
 
 
 def test_a_retryable_fault_with_a_process_gone_is_recovered_in_place() -> None:
@@ -273,7 +275,7 @@ def test_a_retryable_fault_with_a_process_gone_is_recovered_in_place() -> None:
     decision = policy.decide(SETTINGS, context)
 
     assert decision.strategy is Strategy.RECOVER_IN_PLACE
-    assert decision.reason.endswith(" (not retry: a process is gone)")
+    assert decision.reason.endswith(" (not retry step: a process is gone)")
 
 
 def test_a_sigkilled_process_is_recovered_in_place() -> None:
@@ -282,7 +284,7 @@ def test_a_sigkilled_process_is_recovered_in_place() -> None:
     decision = policy.decide(SETTINGS, _context(fault, alive=[0, 2, 3]))
 
     assert decision.strategy is Strategy.RECOVER_IN_PLACE
-    assert decision.reason.endswith(" (not retry: not every fault is transient)")
+    assert decision.reason.endswith(" (not retry step: not every fault is transient)")
 
 
 def test_a_sigkilled_process_with_a_retryable_code_is_not_retried() -> None:
@@ -291,7 +293,7 @@ def test_a_sigkilled_process_with_a_retryable_code_is_not_retried() -> None:
     decision = policy.decide(SETTINGS, _context(fault, alive=[0, 2, 3]))
 
     assert decision.strategy is Strategy.RECOVER_IN_PLACE
-    assert decision.reason.endswith(" (not retry: a process is gone)")
+    assert decision.reason.endswith(" (not retry step: a process is gone)")
 
 
 def test_a_restart_request_code_is_recovered_in_place_not_retried() -> None:
@@ -304,15 +306,15 @@ def test_a_separated_device_moves_to_a_spare() -> None:
     assert decision.strategy is Strategy.RECOVER
     assert decision.reason == (
         "raised process: move the failed ranks to spare devices "
-        "(not retry: not every fault is transient; not recover-in-place: "
-        "rank 1's device is SeparateNPU (80E3A201), which takes it out of use)")
+        "(not retry step: not every fault is transient; not restart failed ranks: "
+        "rank 1's device is isolated (SeparateNPU) after code 80E3A201)")
 
 
 def test_a_separated_device_without_spares_is_dumped() -> None:
     decision = policy.decide(SETTINGS, _context(_fault(code=SEPARATE), spares_left=0))
 
     assert decision.strategy is Strategy.DUMP
-    assert decision.reason.endswith("not recover: 0 spare devices for 1 failed ranks)")
+    assert decision.reason.endswith("not move to spare: 0 spare devices for 1 failed ranks)")
 
 
 def test_default_settings_never_dump() -> None:
@@ -329,7 +331,7 @@ def test_recover_needs_a_spare_for_every_failed_rank() -> None:
     decision = policy.decide(SETTINGS, _context(faults[0], failed=faults, spares_left=1))
 
     assert decision.strategy is Strategy.DUMP
-    assert "not recover: 1 spare devices for 2 failed ranks" in decision.reason
+    assert "not move to spare: 1 spare devices for 2 failed ranks" in decision.reason
 
 
 def test_failed_ranks_are_counted_once() -> None:
@@ -352,8 +354,7 @@ def test_a_separated_device_without_a_healthy_replica_exits(
 
     assert decision.strategy is Strategy.EXIT, why
     assert decision.reason.endswith(
-        "not recover: a failed rank has no healthy data-parallel replica; "
-        "not dump: a failed rank has no healthy data-parallel replica)")
+        "not move to spare, dump: a failed rank has no healthy data-parallel replica)")
 
 
 def test_a_failed_replica_is_no_healthy_donor() -> None:
@@ -390,9 +391,9 @@ def test_without_session_run_only_dump_or_exit(
 
     assert decision.strategy is expected
     assert decision.reason.startswith(f"{fault.kind} process: ")
-    # A plain script never gets the in-process strategies, so they are not explained.
-    assert "Session.run" not in decision.reason
-    assert "not retry" not in decision.reason
+    # A plain script never gets the in-process strategies, and the reason says why.
+    assert ("(not retry step, restart failed ranks, move to spare: the script does not use "
+            "session.run") in decision.reason
 
 
 # --- decide: the fallback chain -----------------------------------------------------------------
@@ -429,7 +430,8 @@ def test_after_recover_comes_dump() -> None:
 def test_after_dump_comes_exit(fault: process.ProcessFault) -> None:
     decision = policy.decide(SETTINGS, _context(fault, spares_left=3), after=Strategy.DUMP)
 
-    assert decision == policy.Decision(Strategy.EXIT, f"{fault.kind} process: job-level restart")
+    assert decision == policy.Decision(Strategy.EXIT, f"{fault.kind} process: restart every "
+                                                      "process")
 
 
 def test_the_whole_chain_for_a_transient_fault() -> None:
@@ -459,14 +461,15 @@ def test_no_budget_left_fails_in_the_fallback_too() -> None:
 # --- decide: enabled strategies -----------------------------------------------------------------
 
 
-def test_a_disabled_strategy_is_skipped_without_a_reason() -> None:
+def test_a_disabled_strategy_is_named_as_not_enabled() -> None:
     settings = policy.RecoverySettings(max_restarts=5,
                                        recover_strategy=(Strategy.RECOVER_IN_PLACE,))
 
     decision = policy.decide(settings, _context(_fault(code=UCE)))
 
     assert decision == policy.Decision(Strategy.RECOVER_IN_PLACE,
-                                       "raised process: restart the failed processes in place")
+                                       "raised process: restart the failed processes in place "
+                                       "(not retry step: not in --recover-strategy)")
 
 
 @pytest.mark.parametrize(("enabled", "expected"), [

@@ -167,9 +167,11 @@ def test_unwritable_checkpoint_directory_is_refused_before_any_worker(
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     job = run_job("--checkpoint-dir", str(blocker / "checkpoints"), SESSION_JOB)
-    assert job.wait() == 1
-    assert f"checkpoint directory {blocker / 'checkpoints'} is not writable" in job.output()
-    assert not job.events("generation-started")
+    # A file where the directory must go is a usage error, before anything starts.
+    assert job.wait() == 2
+    assert (f"--checkpoint-dir '{blocker / 'checkpoints'}' is inside '{blocker}', a file; "
+            "name a directory") in job.output()
+    assert not (job.run_dir / "state.db").exists()
 
 
 def test_too_little_snapshot_memory_is_refused_before_any_worker(run_job: Start) -> None:

@@ -44,9 +44,17 @@ class AgentSettings:
             raise ValueError(f"nproc-per-node must be >= 1, got {self.nproc_per_node}")
         if self.spare_devices < 0:
             raise ValueError(f"spare-devices must be >= 0, got {self.spare_devices}")
+        if self.dp_size is not None and self.dp_size < 1:
+            raise ValueError(f"dp-size must be >= 1, got {self.dp_size}")
         replicas.ReplicaLayout(self.nproc_per_node, self.dp_size or self.nproc_per_node)
-        if not self.monitor_interval > 0:
-            raise ValueError(f"monitor-interval must be > 0 seconds, got {self.monitor_interval}")
+        if self.max_restarts < 0:
+            raise ValueError(f"max-restarts must be >= 0, got {self.max_restarts}")
+        if self.master_port is not None and self.master_port not in range(1, 65536):
+            raise ValueError(f"master-port must be 1..65535, got {self.master_port}")
+        for name in ("monitor_interval", "shutdown_timeout", "leave_timeout"):
+            if not getattr(self, name) > 0:  # NaN fails this too
+                flag = name.replace("_", "-")
+                raise ValueError(f"{flag} must be > 0 seconds, got {getattr(self, name)}")
         for planned in self.fault_plan:
             if planned.rank not in range(self.nproc_per_node):
                 raise ValueError(f"fault plan names rank {planned.rank}; the job has ranks "

@@ -38,9 +38,11 @@ import sys
 import types
 from typing import Any
 
+import setproctitle
+
 from trainguard.agent import lifeline
 
-__all__ = ["SpawnRequest", "main"]
+__all__ = ["SpawnRequest", "main", "worker_title"]
 
 _MAX_PACKET = 1 << 20
 
@@ -143,6 +145,8 @@ class _Standby:
 
     def _become_worker(self, request: SpawnRequest, fds: list[int]) -> None:
         os.setsid()
+        # Before the environment is replaced: setproctitle finds argv's memory through it.
+        setproctitle.setproctitle(worker_title(request))
         lifeline.die_with_parent(self._pid)
         stdout, stderr = fds
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -167,6 +171,13 @@ class _Standby:
         if numpy is not None:
             # A fresh interpreter seeds numpy's global generator from the OS; forks would share it.
             numpy.random.seed()
+
+
+def worker_title(request: SpawnRequest) -> str:
+    """``trainguard: rank 1 train.py``: what ps and pgrep show for a worker (forked workers
+    otherwise all look like the standby process)."""
+    name = os.path.basename(request.target) if request.mode == "path" else request.target
+    return f"trainguard: rank {request.env.get('RANK', '?')} {name}"
 
 
 def _run_worker(request: SpawnRequest) -> None:

@@ -3,7 +3,9 @@
 Per stream and local rank, ``redirect`` sends output only to the log file and ``tee`` to the file
 and the console; otherwise it goes to the console, unless ``local_ranks_filter`` names other ranks.
 Log files are ``<log_dir>/<run_id>/attempt_<generation>/<local_rank>/{stdout,stderr}.log`` as with
-torchrun. The end of stderr is always kept in memory for the failure report.
+torchrun. Teed lines carry torchrun's header on the console, ``[<role><local_rank>]:`` (e.g.
+``[default0]:``), so interleaved ranks stay apart; a line prefix template replaces it. The end of
+stderr is always kept in memory for the failure report.
 """
 
 from __future__ import annotations
@@ -124,6 +126,8 @@ class StreamPump(asyncio.Protocol):
         if settings.line_prefix_template:
             prefix = string.Template(settings.line_prefix_template).safe_substitute(
                 rank=rank, local_rank=local_rank, role_name=role)
+        elif teed:
+            prefix = f"[{role}{local_rank}]:"  # torchrun 2.13's TailLog header
         return cls(console=console, log_file=log_file, prefix=prefix)
 
     def data_received(self, data: bytes) -> None:

@@ -1,23 +1,58 @@
-"""``trainguard config check``: what a fault configuration file will do before it is rolled out."""
+"""``trainguard config``: ``show`` the effective ``run`` settings and where each came from;
+``check`` what a fault configuration file will do before it is rolled out."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from trainguard.cli import run_command
 from trainguard.detect import fault_config
 from trainguard.faults import fault_codes
 
 __all__ = ["config_app", "effective"]
 
-config_app = typer.Typer(help="Fault configuration files (the original's formats).",
-                         no_args_is_help=True)
+config_app = typer.Typer(help="trainguard's own settings (show) and fault configuration "
+                              "files in the original's formats (check).", no_args_is_help=True)
+
+
+def _toml(value: Any) -> str:
+    """A value as TOML writes it, so that `config show` can seed a configuration file."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    return json.dumps(str(value))
+
+
+@config_app.command("show")
+def show(
+    config: Annotated[Path | None, typer.Option(
+        metavar="FILE", envvar="TRAINGUARD_CONFIG",
+        help="The configuration file `trainguard run --config` would read.")] = None,
+) -> None:
+    """Print the settings `trainguard run` would use, as TOML, each with where it came from
+    (default, file, env); flags given to `run` override them all."""
+    try:
+        file = run_command.load_config(config, os.environ)
+        rows = run_command.effective(file=file, environ=os.environ, file_name=str(config))
+    except run_command.UsageError as error:
+        typer.echo(f"trainguard: {error}", err=True)
+        raise typer.Exit(2) from error
+    typer.echo("# trainguard run settings; precedence: default < file"
+               + (f" ({config})" if config else "") + " < env (TRAINGUARD_*) < flag")
+    for key, value, source in rows:
+        line = f"# {key} is not set" if value is None else f"{key} = {_toml(value)}"
+        typer.echo(f"{line:<48} # {source}")
 
 
 def effective(value: Any) -> Any:

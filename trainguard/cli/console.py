@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from trainguard.agent import step_statistics
-from trainguard.faults import events
+from trainguard.controller import job_controller, policy
+from trainguard.faults import events, levels
 from trainguard.launcher import RunReport
 
 __all__ = ["ConsoleObserver", "render_summary"]
@@ -24,14 +25,41 @@ _STYLES = {
 }
 
 
+def _shown(strategy: str) -> str:
+    return policy.Strategy(strategy).shown
+
+
+def describe(event: events.Event) -> str:
+    """An event's line for people: strategies as what they do, device levels in plain words
+    beside the original's; the recorded event keeps the original's names."""
+    if isinstance(event, events.DecisionMade):
+        return (f"decision: {_shown(event.strategy)} ({event.reason}; "
+                f"{event.restarts_left} restarts left)")
+    if isinstance(event, events.RecoveryFailed):
+        return f"{_shown(event.strategy)} failed after {event.seconds:.2f} s: {event.reason}"
+    if isinstance(event, events.DeviceFaultGraded):
+        level = event.level
+        return event.summary().replace(f"-> {level} (", f"-> {levels.health(level)} ({level}, ",
+                                       1)
+    if isinstance(event, events.DeviceLevelChanged):
+        before, level = event.before, event.level
+        return event.summary().replace(
+            f"{before} -> {level} (",
+            f"{levels.health(before)} ({before}) -> {levels.health(level)} ({level}, ", 1)
+    return event.summary()
+
+
 class ConsoleObserver:
     """Prints to stderr, so the workers' stdout stays theirs."""
 
-    def __init__(self, console: Console | None = None, *, verbose_checkpoints: bool = False
-                 ) -> None:
+    def __init__(self, console: Console | None = None, *, verbose_checkpoints: bool = False,
+                 devices: bool = True) -> None:
+        """``devices``: the host has devices (GPUs, NPUs). Without, a device's level changing
+        with time concerns only simulated faults, and is left to ``trainguard events``."""
         self.console = console or Console(stderr=True, highlight=False)
         self._started = time.monotonic()
         self._verbose_checkpoints = verbose_checkpoints
+        self._devices = devices
 
     def _line(self, text: str, style: str = "") -> None:
         elapsed = time.monotonic() - self._started
@@ -45,7 +73,9 @@ class ConsoleObserver:
     def event(self, event: events.Event) -> None:
         if isinstance(event, events.CheckpointPersisted) and not self._verbose_checkpoints:
             return
-        summary = event.summary().replace("[", "\\[")
+        if isinstance(event, events.DeviceLevelChanged) and not self._devices:
+            return
+        summary = describe(event).replace("[", "\\[")
         self._line(summary, _STYLES.get(event.KIND, ""))
         if isinstance(event, events.FaultDetected) and event.error_excerpt and (
                 event.fault_kind in ("exited", "raised")):
@@ -66,29 +96,44 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def _recovered(record: job_controller.FaultRecord, *, steps_reported: bool) -> str:
+    """How long until every rank stepped again; for a script that reports no steps, whether its
+    job was restarted (which is all that can be known)."""
+    if record.recovery is not None:
+        return _seconds(record.recovery.recover_seconds)
+    if not steps_reported and record.decision.strategy is not policy.Strategy.FAIL:
+        return "restarted"
+    return "no"
+
+
 def render_summary(report: RunReport, console: Console) -> None:
     result = report.result
+    # Step marks come from trainguard.train; a script without it never sends one.
+    steps_reported = report.training_seconds is not None
     if result.faults:
+        used = [policy.Strategy(record.recovery.strategy if record.recovery
+                                else record.decision.strategy) for record in result.faults]
+        # The table is narrow: the strategies' labels there, the original's names below.
+        aliases = "".join(sorted({f"; {s.label}: {s} in the original" for s in used
+                                  if s.value not in s.label}))
         table = Table(title="Faults and recoveries", title_justify="left",
-                      caption="*: injected. in-place: recover-in-place. detected: fault -> "
-                              "seen; recovered: fault -> every rank stepping again; lost: "
-                              "completed steps redone; +peer: a rank's state came from a "
-                              "data-parallel replica",
+                      caption="*: injected. detected: fault -> seen; recovered: fault -> every "
+                              "rank stepping again; lost: completed steps redone; +peer: a "
+                              f"rank's state came from a data-parallel replica{aliases}",
                       caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                       padding=(0, 1), collapse_padding=True, show_edge=False)
         for column in ("rank", "fault", "step", "strategy", "detected", "recovered", "lost",
                        "restored"):
             table.add_column(column, justify="left" if column in ("fault", "strategy")
-                             else "right", no_wrap=True)
-        for record in result.faults:
+                             else "right", no_wrap=column != "strategy")
+        for record, strategy in zip(result.faults, used, strict=True):
             fault, recovery = record.fault, record.recovery
             what = f"{fault.injected}*" if fault.injected else str(fault.kind)
             table.add_row(
                 str(fault.rank), what, "-" if fault.last_step is None else str(fault.last_step),
-                str(recovery.strategy if recovery else record.decision.strategy).replace(
-                    "recover-in-place", "in-place"),
+                strategy.label,
                 _seconds(fault.detect_seconds),
-                _seconds(recovery.recover_seconds) if recovery else "no",
+                _recovered(record, steps_reported=steps_reported),
                 str(recovery.steps_lost) if recovery else "-",
                 f"{recovery.restore_source.replace(' and peers', '+peer')}@"
                 f"{recovery.restore_step}" if recovery else "-")
@@ -97,7 +142,8 @@ def render_summary(report: RunReport, console: Console) -> None:
     totals.add_column("what")
     totals.add_column("value", justify="right")
     totals.add_row("outcome", f"{result.outcome}: {result.reason}")
-    totals.add_row("steps completed", str(result.resume_step))
+    totals.add_row("steps completed", str(result.resume_step) if steps_reported else
+                   "not reported (the script does not use trainguard.train)")
     totals.add_row("restarts used", str(result.restarts_used))
     totals.add_row("wall time", _seconds(result.wall_seconds))
     totals.add_row("step time (median)", _seconds(report.step_seconds))

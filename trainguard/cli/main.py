@@ -23,14 +23,24 @@ from trainguard.ipc import messages
 __all__ = ["app", "main"]
 
 app = typer.Typer(help="trainguard: resumable training for distributed PyTorch jobs.",
-                  no_args_is_help=True, add_completion=False)
-fault_app = typer.Typer(help="Inject faults into a running job.", no_args_is_help=True)
+                  no_args_is_help=True)
+fault_app = typer.Typer(help="Inject faults into a running job. (To explain a fault code or "
+                             "replay a device's history: trainguard faults.)",
+                        no_args_is_help=True)
 app.add_typer(fault_app, name="fault")
-app.add_typer(faults_command.faults_app, name="faults")
+app.add_typer(faults_command.faults_app, name="faults",
+              help="Fault codes and levels: explain a code, replay a timeline. (To inject a "
+                   "fault into a running job: trainguard fault.)")
 app.add_typer(config_command.config_app, name="config")
 
 RunDir = runs.RunDir
 RunRoot = runs.RunRoot
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"trainguard {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -40,6 +50,9 @@ def _configure(
     log_format: Annotated[logs.LogFormat, typer.Option(
         envvar="TRAINGUARD_LOG_FORMAT", help="text for people, json for log collectors.")
     ] = logs.LogFormat.TEXT,
+    _version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="Print trainguard's version and exit.")] = False,
 ) -> None:
     try:
         logs.configure(log_level, log_format)

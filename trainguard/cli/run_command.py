@@ -11,13 +11,15 @@ import argparse
 import asyncio
 import dataclasses
 import datetime
+import difflib
 import logging
 import os
+import re
 import signal
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -29,14 +31,15 @@ from trainguard.agent import (
     worker_output,
     workers,
 )
+from trainguard.cli import config_file, settings_flags, torchrun_flags
 from trainguard.cli import console as console_output
-from trainguard.cli import settings_flags, torchrun_flags
 from trainguard.controller import policy
 from trainguard.detect import heartbeat
 from trainguard.faults import replicas
 from trainguard.ipc import messages
 
-__all__ = ["DEFAULT_RUN_ROOT", "UsageError", "build_settings", "main", "parser"]
+__all__ = ["DEFAULT_RUN_ROOT", "UsageError", "build_settings", "config_keys", "effective",
+           "known_environment", "load_config", "main", "parser"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +76,23 @@ def _env_default(flag: torchrun_flags.TorchrunFlag) -> Any:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the closest known flag suggested for an unknown one."""
+
+    def error(self, message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            flags = sorted(self._option_string_actions)
+            for argument in message.removeprefix(prefix).split():
+                close = difflib.get_close_matches(argument.split("=")[0], flags, n=1)
+                if argument.startswith("-") and close:
+                    message += f" (did you mean {close[0]}?)"
+                    break
+        super().error(message)
+
+
 def parser() -> argparse.ArgumentParser:
-    result = argparse.ArgumentParser(
+    result = _Parser(
         prog="trainguard run", allow_abbrev=False,
         description="Run a distributed PyTorch job like torchrun, with fault detection and "
                     "recovery: a failed or hung worker is seen at once and the job restarts "
@@ -90,12 +108,17 @@ def parser() -> argparse.ArgumentParser:
             if isinstance(default, list):
                 default = ",".join(default)
             torchrun.add_argument(*flag.names, dest=flag.dest, default=default,
-                                  type=flag.type, help=f"{text} [default: {default}]")
+                                  type=flag.type, metavar=flag.metavar,
+                                  help=f"{text} [default: {default}]")
     ours = result.add_argument_group("trainguard options")
     for group in GROUPS:
         group.add_arguments(ours)
-    ours.add_argument("--run-root", dest="own__run_root", type=Path, metavar="DIR",
-                      default=Path(os.environ.get("TRAINGUARD_RUN_ROOT", DEFAULT_RUN_ROOT)),
+    ours.add_argument("--config", dest="own__config", type=Path, metavar="FILE",
+                      help="A TOML file with any of these options, keys named as the flags "
+                           "without dashes (heartbeat-floor = \"2s\"); the environment and "
+                           "flags override it. See `trainguard config show`. [env "
+                           "TRAINGUARD_CONFIG]")
+    ours.add_argument("--run-root", dest="own__run_root", metavar="DIR",
                       help="Directory with one run directory per job: state store, logs, "
                            f"checkpoints. [default: {DEFAULT_RUN_ROOT}; env TRAINGUARD_RUN_ROOT]")
     ours.add_argument("--inject", dest="own__inject", metavar="KIND:RANK:STEP,...",
@@ -136,6 +159,11 @@ def _gpu_count() -> int:
         return 0
 
 
+def _has_devices() -> bool:
+    """NVIDIA GPUs (through NVML) or Ascend NPUs (their device files) on this host."""
+    return _gpu_count() > 0 or any(Path("/dev").glob("davinci[0-9]*"))
+
+
 def _fault_plan(text: str) -> tuple[fault_injection.PlannedFault, ...]:
     plan = []
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -168,6 +196,9 @@ def _program(arguments: argparse.Namespace) -> workers.ProgramSpec:
         return workers.ProgramSpec("module", script, args)
     if arguments.no_python:
         return workers.ProgramSpec("exec", script, args)
+    if Path(script).is_dir():
+        raise UsageError(f"training script {script!r} is a directory; name a file, or use -m "
+                         "for a package with a __main__ module")
     if not Path(script).is_file():
         raise UsageError(f"training script {script!r} does not exist")
     return workers.ProgramSpec("path", str(Path(script).resolve()), args)
@@ -181,8 +212,16 @@ def _warn_ignored(arguments: argparse.Namespace) -> None:
             logger.warning("%s has no effect: %s", flag.names[0], flag.ignored)
 
 
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_RUN_ID_RULE = ("1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit "
+                "(it names a directory under --run-root)")
+
+
 def _run_id(value: str) -> str:
+    """The job's id, which names its run directory, so it must stay one plain name."""
     if value and value != "none":
+        if not _RUN_ID.fullmatch(value):
+            raise UsageError(f"--rdzv-id/--run-id {value!r}: a run id is {_RUN_ID_RULE}")
         return value
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
@@ -202,49 +241,150 @@ def _output(arguments: argparse.Namespace, run_dir: Path) -> worker_output.Outpu
         line_prefix_template=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"))
 
 
-def build_settings(arguments: argparse.Namespace) -> launcher.RunSettings:
-    """Settings for one run from parsed arguments. Raises: UsageError naming the flag."""
+def _directory(flag: str, path: Path) -> None:
+    """A directory trainguard will create or use: refused when a file stands in its way."""
+    for ancestor in (path, *path.parents):
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                what = "is a file" if ancestor == path else f"is inside {str(ancestor)!r}, a file"
+                raise UsageError(f"{flag} {str(path)!r} {what}; name a directory")
+            return
+
+
+_OWN = {"run-root": "TRAINGUARD_RUN_ROOT", "inject": "TRAINGUARD_INJECT"}
+"""trainguard's own options outside the settings groups: file key -> environment variable."""
+_ELSEWHERE = frozenset({"TRAINGUARD_CONFIG", "TRAINGUARD_LOG_LEVEL", "TRAINGUARD_LOG_FORMAT"})
+"""Variables of other options: --config itself, and the ``trainguard`` command's own."""
+
+
+def config_keys() -> set[str]:
+    """Every key a configuration file may hold."""
+    return {key for group in GROUPS for key in group.file_keys()} | set(_OWN)
+
+
+def known_environment() -> set[str]:
+    """Every ``TRAINGUARD_*`` variable an option reads."""
+    return ({variable for group in GROUPS for variable in group.environment()}
+            | set(_OWN.values()) | _ELSEWHERE)
+
+
+def load_config(path: Path | str | None, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The configuration file's values (``--config``, else ``TRAINGUARD_CONFIG``), once the
+    environment has been checked for misspelled variables.
+
+    Raises:
+        UsageError: the file or a variable cannot be used; the message names it.
+    """
+    try:
+        config_file.check_environment(environ, known=known_environment())
+        path = path or environ.get("TRAINGUARD_CONFIG")
+        return config_file.load(Path(path), known=config_keys()) if path else {}
+    except config_file.ConfigFileError as error:
+        raise UsageError(str(error)) from error
+
+
+def _own(key: str, flag: Any, *, file: Mapping[str, Any], environ: Mapping[str, str]
+         ) -> tuple[str | None, settings_flags.Source]:
+    """An option of our own outside the settings groups, with the same precedence."""
+    if flag is not None:
+        return flag, settings_flags.Source.FLAG
+    if _OWN[key] in environ:
+        return environ[_OWN[key]], settings_flags.Source.ENV
+    if key in file:
+        return settings_flags.file_text(file[key]), settings_flags.Source.FILE
+    return None, settings_flags.Source.DEFAULT
+
+
+def effective(*, file: Mapping[str, Any], environ: Mapping[str, str],
+              file_name: str = "config") -> list[tuple[str, Any, settings_flags.Source]]:
+    """Every configurable option (its file key), its value and where the value came from, for
+    ``trainguard config show``: no flags, so defaults, the file and the environment.
+
+    Raises:
+        UsageError: a value is malformed; the message names the key or variable.
+    """
+    rows: list[tuple[str, Any, settings_flags.Source]] = []
+    try:
+        for group in GROUPS:
+            resolved = group.resolve({}, environ=environ, file=file, file_name=file_name)
+            rows += [(group.key_of(name), value, source)
+                     for name, (value, source) in resolved.items()]
+    except settings_flags.SettingsError as error:
+        raise UsageError(str(error)) from error
+    root, source = _own("run-root", None, file=file, environ=environ)
+    rows.append(("run-root", root or str(DEFAULT_RUN_ROOT), source))
+    rows.append(("inject", *_own("inject", None, file=file, environ=environ)))
+    return rows
+
+
+def build_settings(arguments: argparse.Namespace, *,
+                   environ: Mapping[str, str] = os.environ) -> launcher.RunSettings:
+    """Settings for one run from parsed arguments, the configuration file and the environment.
+
+    Raises:
+        UsageError: naming the flag, the file's key or the variable.
+    """
     if arguments.nnodes not in ("1", "1:1"):
         raise UsageError(f"--nnodes {arguments.nnodes}: only single-node jobs are supported "
                          "for now (use 1)")
     if arguments.node_rank != 0:
         raise UsageError("--node-rank: only node 0 exists in a single-node job")
     _warn_ignored(arguments)
+    file = load_config(arguments.own__config, environ)
+    file_name = str(arguments.own__config or environ.get("TRAINGUARD_CONFIG", "config"))
     nproc = _nproc(arguments.nproc_per_node)
     run_id = _run_id(arguments.rdzv_id)
-    run_dir = arguments.own__run_root / run_id
+    root, _ = _own("run-root", arguments.own__run_root, file=file, environ=environ)
+    run_root = Path(root) if root is not None else DEFAULT_RUN_ROOT
+    _directory("--run-root", run_root)
+    run_dir = run_root / run_id
+    if arguments.log_dir:
+        _directory("--log-dir", Path(arguments.log_dir))
+    inject = _own("inject", ",".join(arguments.own__inject) if arguments.own__inject else None,
+                  file=file, environ=environ)[0]
     values = vars(arguments)
     groups = {group.key: group for group in GROUPS}
+    # torchrun's --shutdown-timeout has no default of its own; the settings' applies.
+    shutdown: dict[str, Any] = ({} if arguments.shutdown_timeout is None
+                                else {"shutdown_timeout": float(arguments.shutdown_timeout)})
+    sources: dict[str, Any] = {"environ": environ, "file": file, "file_name": file_name}
     try:
         agent = groups["agent"].build(
-            values, nproc_per_node=nproc, program=_program(arguments), run_id=run_id,
-            run_dir=run_dir, role=arguments.role, master_addr=arguments.master_addr,
-            master_port=arguments.master_port, max_restarts=arguments.max_restarts,
-            monitor_interval=arguments.monitor_interval,
-            shutdown_timeout=float(arguments.shutdown_timeout or 30),
-            output=_output(arguments, run_dir), fault_plan=_fault_plan(
-                ",".join(arguments.own__inject or [os.environ.get("TRAINGUARD_INJECT", "")])))
+            values, **sources, nproc_per_node=nproc, program=_program(arguments),
+            run_id=run_id, run_dir=run_dir, role=arguments.role,
+            master_addr=arguments.master_addr, master_port=arguments.master_port,
+            max_restarts=arguments.max_restarts, monitor_interval=arguments.monitor_interval,
+            **shutdown, output=_output(arguments, run_dir), fault_plan=_fault_plan(inject or ""))
         settings: launcher.RunSettings = groups["run"].build(
-            values, agent=agent, heartbeat=groups["heartbeat"].build(values),
-            checkpoint=groups["checkpoint"].build(values),
-            recovery=_recovery(groups["recovery"], values, agent, arguments.max_restarts),
+            values, **sources, agent=agent,
+            heartbeat=groups["heartbeat"].build(values, **sources),
+            checkpoint=groups["checkpoint"].build(values, **sources),
+            recovery=_recovery(groups["recovery"], values, agent, arguments.max_restarts,
+                               sources=sources),
             signals=_signals(arguments.signals_to_handle))
     except settings_flags.SettingsError as error:
         raise UsageError(str(error)) from error
+    if settings.checkpoint.checkpoint_dir is not None:
+        _directory("--checkpoint-dir", settings.checkpoint.checkpoint_dir)
+    if settings.fault_config_dir is not None and not settings.fault_config_dir.is_dir():
+        raise UsageError(f"--fault-config-dir {str(settings.fault_config_dir)!r} is not a "
+                         "directory")
     return settings
 
 
 def _recovery(group: settings_flags.SettingsGroup, values: dict[str, Any],
-              agent: node_agent.AgentSettings, max_restarts: int) -> policy.RecoverySettings:
+              agent: node_agent.AgentSettings, max_restarts: int, *, sources: dict[str, Any]
+              ) -> policy.RecoverySettings:
     """The recovery settings, their strategies fitted to the job: defaults that cannot work
-    here are dropped; a list the user gave that cannot work is refused."""
-    recovery: policy.RecoverySettings = group.build(values, max_restarts=max_restarts)
-    explicit = (values.get(f"{group.key}__recover_strategy") is not None
-                or group.envvar("recover_strategy") in os.environ)
+    here are dropped; a list the user gave (flag, variable or file) that cannot work is
+    refused."""
+    recovery: policy.RecoverySettings = group.build(values, **sources, max_restarts=max_restarts)
+    _, source = group.resolve(values, **sources)["recover_strategy"]
     layout = replicas.ReplicaLayout(agent.nproc_per_node, agent.dp_size or agent.nproc_per_node)
     try:
         strategies = policy.fit_to_job(recovery.recover_strategy, layout=layout,
-                                       spares=agent.spare_devices, explicit=explicit)
+                                       spares=agent.spare_devices,
+                                       explicit=source is not settings_flags.Source.DEFAULT)
     except ValueError as error:
         raise settings_flags.SettingsError(str(error)) from error
     return dataclasses.replace(recovery, recover_strategy=strategies)
@@ -258,7 +398,7 @@ def main(argv: Sequence[str]) -> int:
         settings = build_settings(arguments)
     except UsageError as error:
         command_line.error(str(error))
-    observer = console_output.ConsoleObserver()
+    observer = console_output.ConsoleObserver(devices=_has_devices())
     try:
         report = asyncio.run(launcher.run(settings, observer=observer))
     except launcher.LaunchError as error:

@@ -8,7 +8,12 @@ something other than its default prints a warning that says it has no effect her
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from trainguard.cli import durations
 
 __all__ = ["FLAGS", "TorchrunFlag"]
 
@@ -18,14 +23,23 @@ class TorchrunFlag:
     names: tuple[str, ...]
     dest: str
     default: object
-    type: type | None  # None: an on/off flag
+    type: Callable[[str], Any] | None  # None: an on/off flag
     help: str
     ignored: str = ""  # why the flag has no effect here; empty when it does
+    metavar: str | None = None  # for the help; None: argparse's (the destination in capitals)
 
     @property
     def env(self) -> str:
         """torchrun's environment fallback for the flag."""
         return f"PET_{self.dest.upper()}"
+
+
+def _seconds(text: str) -> float:
+    """torchrun's seconds, with units allowed (``500ms``, ``1m``); plain numbers as torchrun."""
+    try:
+        return durations.parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _both(name: str) -> tuple[str, ...]:
@@ -54,8 +68,8 @@ FLAGS: tuple[TorchrunFlag, ...] = (
                  "Single-node job with a local rendezvous (what trainguard always does)."),
     TorchrunFlag(_both("max-restarts"), "max_restarts", 0, int,
                  "Retry budget: job restarts allowed before failing (fault-retry-times)."),
-    TorchrunFlag(_both("monitor-interval"), "monitor_interval", 0.1, float,
-                 "Seconds between checks of the workers' heartbeats."),
+    TorchrunFlag(_both("monitor-interval"), "monitor_interval", 0.1, _seconds,
+                 "Seconds between checks of the workers' heartbeats.", metavar="DURATION"),
     TorchrunFlag(_both("start-method"), "start_method", "spawn", str, "Worker start method.",
                  ignored="workers are forked from a standby process that has imported torch"),
     TorchrunFlag(_both("event-log-handler"), "event_log_handler", "null", str,
@@ -95,8 +109,9 @@ FLAGS: tuple[TorchrunFlag, ...] = (
     TorchrunFlag(_both("signals-to-handle"), "signals_to_handle",
                  "SIGTERM,SIGINT,SIGHUP,SIGQUIT", str,
                  "Signals that stop the job gracefully (a dying checkpoint first)."),
-    TorchrunFlag(_both("shutdown-timeout"), "shutdown_timeout", None, int,
-                 "Seconds workers get to stop gracefully before they are killed (default 30)."),
+    TorchrunFlag(_both("shutdown-timeout"), "shutdown_timeout", None, _seconds,
+                 "Seconds workers get to stop gracefully before they are killed (default 30).",
+                 metavar="DURATION"),
     TorchrunFlag(_both("virtual-local-rank"), "virtual_local_rank", False, None,
                  "Give every worker LOCAL_RANK 0.", ignored="not supported yet"),
 )

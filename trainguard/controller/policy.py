@@ -1,6 +1,8 @@
 """What to do about a fault (SPEC H1, H4, H5, R5, D7, H12): a pure function of what was seen.
 
-The strategies are the original's, finest first (NOTES §4.2-4.3):
+The strategies are the original's, finest first (NOTES §4.2-4.3). Events keep the original's
+names; people see what each does (:attr:`Strategy.label`: ``retry step``, ``restart failed
+ranks``, ``move to spare``, ``dump``, ``restart job``), and ``--recover-strategy`` takes either:
 
 * ``retry``: every process stays; every rank rolls back to the newest state all ranks have and
   redoes the step. For transient faults only: the device memory error 80E01801, or a collective
@@ -30,7 +32,7 @@ import enum
 import signal
 from collections.abc import Collection, Sequence
 
-from trainguard.faults import process, replicas
+from trainguard.faults import levels, process, replicas
 
 __all__ = ["CHAIN", "DEFAULT_STRATEGIES", "Decision", "FaultContext", "RecoverySettings",
            "Strategy", "decide", "fit_to_job", "may_be_crash_loop", "parse_strategies"]
@@ -43,6 +45,29 @@ class Strategy(enum.StrEnum):
     DUMP = "dump"
     EXIT = "exit"  # job-level restart: every worker stops and all start again
     FAIL = "fail"  # nothing more to try: the job ends
+
+    @property
+    def label(self) -> str:
+        """What the strategy does, in the words the console and the summary use."""
+        return _LABELS[self]
+
+    @property
+    def shown(self) -> str:
+        """The label, with the original's name in brackets where the label does not contain it:
+        ``restart job (exit)``, so that the original's documents still lead here."""
+        return self.label if self.value in self.label else f"{self.label} ({self.value})"
+
+
+_LABELS = {
+    Strategy.RETRY: "retry step",
+    Strategy.RECOVER_IN_PLACE: "restart failed ranks",
+    Strategy.RECOVER: "move to spare",
+    Strategy.DUMP: "dump",
+    Strategy.EXIT: "restart job",
+    Strategy.FAIL: "fail",
+}
+_BY_NAME = {name: strategy for strategy in Strategy
+            for name in (strategy.value, strategy.label.replace(" ", "-"))}
 
 
 CHAIN = (Strategy.RETRY, Strategy.RECOVER_IN_PLACE, Strategy.RECOVER, Strategy.DUMP,
@@ -58,7 +83,8 @@ job too)."""
 
 
 def parse_strategies(text: str) -> tuple[Strategy, ...]:
-    """``"retry,recover-in-place"`` -> the strategies in chain order, ``exit`` appended.
+    """``"retry,recover-in-place"`` (or ``"retry-step,restart-failed-ranks"``) -> the strategies
+    in chain order, ``exit`` appended.
 
     Raises:
         ValueError: a name that is not a strategy.
@@ -67,12 +93,11 @@ def parse_strategies(text: str) -> tuple[Strategy, ...]:
     for name in (part.strip() for part in text.split(",")):
         if not name:
             continue
-        try:
-            strategy = Strategy(name)
-        except ValueError:
-            known = ", ".join(str(s) for s in CHAIN)
-            raise ValueError(f"recover-strategy: {name!r} is not a strategy (known: {known})"
-                             ) from None
+        strategy = _BY_NAME.get(name)
+        if strategy is None:
+            known = ", ".join(f"{s.label.replace(' ', '-')} ({s})" if s.value not in s.label
+                              else str(s) for s in CHAIN)
+            raise ValueError(f"recover-strategy: {name!r} is not a strategy (known: {known})")
         if strategy is Strategy.FAIL:
             raise ValueError("recover-strategy: 'fail' is not a strategy one can enable")
         chosen.add(strategy)
@@ -90,11 +115,11 @@ def fit_to_job(strategies: Sequence[Strategy], *, layout: replicas.ReplicaLayout
     """
     problems = {}
     if spares < 1:
-        problems[Strategy.RECOVER] = "recover moves failed ranks to spare devices, and the job " \
-            "has none (--spare-devices)"
+        problems[Strategy.RECOVER] = f"{Strategy.RECOVER.shown} moves failed ranks to spare " \
+            "devices, and the job has none (--spare-devices)"
     elif layout.dp_size < 2:
-        problems[Strategy.RECOVER] = "recover loads the moved ranks' state from a data-parallel " \
-            "replica, and the job has none (--dp-size 1)"
+        problems[Strategy.RECOVER] = f"{Strategy.RECOVER.shown} loads the moved ranks' state " \
+            "from a data-parallel replica, and the job has none (--dp-size 1)"
     if layout.dp_size < 2:
         problems[Strategy.DUMP] = "dump saves the failed ranks' state from their data-parallel " \
             "replicas, and the job has none (--dp-size 1)"
@@ -109,7 +134,7 @@ _WHAT = {
     Strategy.RECOVER_IN_PLACE: "restart the failed processes in place",
     Strategy.RECOVER: "move the failed ranks to spare devices",
     Strategy.DUMP: "save the newest state from the healthy replicas, then restart the job",
-    Strategy.EXIT: "job-level restart",
+    Strategy.EXIT: "restart every process",
 }
 
 
@@ -126,9 +151,10 @@ class RecoverySettings:
     """Seconds healthy ranks get to finish the snapshot a failed rank already committed,
     before they are stopped (>= 0); usually they need milliseconds."""
     recover_strategy: tuple[Strategy, ...] = DEFAULT_STRATEGIES
-    """Strategies the job may use, from retry, recover-in-place, recover, dump (exit, the
-    job-level restart, is always added); each fault gets the first that fits, then the next
-    when it fails. Default: all but dump that can work for the job."""
+    """Strategies the job may use, from retry-step (retry), restart-failed-ranks
+    (recover-in-place), move-to-spare (recover), dump (restart-job, the original's exit, is
+    always added); each fault gets the first that fits, then the next when it fails. Default:
+    all but dump that can work for the job."""
     recover_timeout: float = 30.0
     """Seconds a process-level recovery (retry, recover-in-place, recover) may take, from the
     decision to every rank stepping again, before the next strategy is tried (> 0)."""
@@ -180,14 +206,15 @@ def may_be_crash_loop(settings: RecoverySettings, context: FaultContext) -> bool
 def _out_of_use(faults: Sequence[process.ProcessFault]) -> str:
     fault = faults[0]
     where = fault.device or f"rank {fault.rank}'s device"
-    return f"{where} is {fault.device_level} ({fault.code}), which takes it out of use"
+    level = fault.device_level
+    return f"{where} is {levels.health(level)} ({level}) after code {fault.code}"
 
 
 def _why_not(strategy: Strategy, context: FaultContext) -> str | None:
     """Why ``strategy`` does not fit the fault; None when it does."""
     failed = {f.rank for f in context.failed}
     if strategy in IN_PROCESS and not context.in_process:
-        return "the training script does not run under Session.run"
+        return "the script does not use session.run"
     held = [f for f in context.failed if not f.in_place]
     if strategy is Strategy.RETRY:
         if not all(f.retryable for f in context.failed):
@@ -213,7 +240,7 @@ def decide(settings: RecoverySettings, context: FaultContext, *,
     """The strategy for ``context``'s fault; ``after``: the strategy that just failed for it.
 
     The crash-loop and budget checks come first; then the first enabled strategy that fits,
-    after ``after`` in the chain.
+    after ``after`` in the chain. The reason names why each finer strategy was not used.
     """
     # A rank that failed because a peer vanished did not fail on its own.
     independent = [f for f in context.failed if not process.lost_a_peer(f.error_excerpt)]
@@ -226,15 +253,20 @@ def decide(settings: RecoverySettings, context: FaultContext, *,
             f"retry budget exhausted (max-restarts {settings.max_restarts}); "
             f"last fault: {context.fault.describe()}"))
     start = CHAIN.index(after) + 1 if after is not None else 0
-    passed: list[str] = []
+    passed: dict[str, list[Strategy]] = {}  # why not -> the strategies passed over for it
     for strategy in CHAIN[start:]:
-        if strategy not in settings.recover_strategy:
-            continue
-        if strategy in IN_PROCESS and not context.in_process:
-            continue  # a plain script: processes never survive, nothing to explain
         reason = _why_not(strategy, context)
-        if reason is None:
-            skipped = f" ({'; '.join(passed)})" if passed else ""
-            return Decision(strategy, f"{context.fault.kind} process: {_WHAT[strategy]}{skipped}")
-        passed.append(f"not {strategy}: {reason}")
+        if strategy in settings.recover_strategy and reason is None:
+            return Decision(strategy, f"{context.fault.kind} process: {_WHAT[strategy]}"
+                                      f"{_passed_over(passed)}")
+        passed.setdefault(reason or "not in --recover-strategy", []).append(strategy)
     raise AssertionError("exit always fits")  # pragma: no cover - exit has no condition
+
+
+def _passed_over(passed: dict[str, list[Strategy]]) -> str:
+    """`` (not retry step, restart failed ranks: the script does not use session.run)``."""
+    if not passed:
+        return ""
+    return " (" + "; ".join(
+        f"not {', '.join(s.label for s in strategies)}: {reason}"
+        for reason, strategies in passed.items()) + ")"

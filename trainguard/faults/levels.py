@@ -9,7 +9,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-__all__ = ["SEVERITY", "FaultType", "Level", "ResetPolicy", "most_serious", "reset_policy"]
+__all__ = ["SEVERITY", "FaultType", "Level", "ResetPolicy", "health", "most_serious",
+           "reset_policy"]
 
 
 class Level(enum.StrEnum):
@@ -83,6 +84,23 @@ _POLICY = {
 def reset_policy(level: Level) -> ResetPolicy:
     """The reset.json policy of a level; every separating level isolates the chip."""
     return _POLICY.get(level, ResetPolicy.ISOLATE)
+
+
+_HEALTH = {
+    ResetPolicy.EMPTY: "healthy",
+    ResetPolicy.IGNORE: "healthy",
+    ResetPolicy.RESTART_REQUEST: "needs restart",
+    ResetPolicy.RESTART: "needs restart",
+    ResetPolicy.FREE_RESET: "needs reset",
+    ResetPolicy.RESET: "needs reset",
+    ResetPolicy.ISOLATE: "isolated",
+}
+
+
+def health(level: Level | str) -> str:
+    """A level in words that need no glossary (``isolated`` for SeparateNPU), from its reset
+    policy; shown beside the original's name, which operators know."""
+    return _HEALTH[reset_policy(Level(level))]
 
 
 class FaultType(enum.StrEnum):
