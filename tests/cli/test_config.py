@@ -40,7 +40,7 @@ def test_durations_take_units(text: str, seconds: float) -> None:
     assert durations.parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["soon", "10 minutes", "5d", "m", "1h30m", ""])
+@pytest.mark.parametrize("text", ["soon", "10 minutes", "5w", "m", "1h30m", ""])
 def test_a_duration_that_is_not_one_is_named(text: str) -> None:
     with pytest.raises(ValueError, match=f"{text!r} is not a duration"):
         durations.parse_duration(text)

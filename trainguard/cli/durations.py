@@ -1,4 +1,4 @@
-"""Durations as people write them: ``500ms``, ``30s``, ``10m``, ``2h``; a plain number is seconds.
+"""Durations as people write them: ``500ms``, ``30s``, ``10m``, ``2h``, ``1d``; else seconds.
 
 Which options are durations: every settings field typed ``float`` whose attribute docstring says
 "seconds" (STYLE.md: durations are float seconds, and the docstring says so), and torchrun's
@@ -11,11 +11,11 @@ import re
 
 __all__ = ["UNITS", "parse_duration"]
 
-UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 """Seconds per unit."""
 
 _DURATION = re.compile(r"\s*(?P<number>[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*"
-                       r"(?P<unit>ms|s|m|h)?\s*")
+                       r"(?P<unit>ms|s|m|h|d)?\s*")
 
 
 def parse_duration(text: str) -> float:
@@ -30,5 +30,5 @@ def parse_duration(text: str) -> float:
             return float(text)  # nan and inf: refused where they are checked, by the field's rule
         except ValueError:
             raise ValueError(f"{text!r} is not a duration (seconds, or a number with a unit: "
-                             "500ms, 30s, 10m, 2h)") from None
+                             "500ms, 30s, 10m, 2h, 1d)") from None
     return float(match["number"]) * UNITS[match["unit"] or "s"]

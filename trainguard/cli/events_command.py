@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 import time
 from collections.abc import Iterable
 from typing import Annotated, Any
@@ -18,7 +17,7 @@ import typer
 
 from trainguard import clock as clocks
 from trainguard import testing
-from trainguard.cli import runs
+from trainguard.cli import durations, runs
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.faults import events
 from trainguard.store import api
@@ -27,8 +26,6 @@ __all__ = ["format_event", "parse_since", "show_events"]
 
 FOLLOW_INTERVAL = 0.5  # seconds between looks at the store with --follow
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _HIDDEN = {"job", "generation", "error_excerpt", "detected_at"}  # said elsewhere, or monotonic
 
 
@@ -120,9 +117,10 @@ def parse_since(text: str, *, now: float) -> str:
     Raises:
         typer.BadParameter: neither; the message shows both forms.
     """
-    match = _DURATION.fullmatch(text.strip())
-    if match:
-        return clocks.iso_utc(now - float(match[1]) * _UNITS[match[2]])
+    try:
+        return clocks.iso_utc(now - durations.parse_duration(text))
+    except ValueError:
+        pass
     try:
         moment = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
