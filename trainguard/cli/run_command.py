@@ -115,6 +115,10 @@ def _nproc(value: str) -> int:
         gpus = _gpu_count()
         if gpus:
             return gpus
+        if gpus is None and value == "gpu":
+            raise UsageError(f"--nproc-per-node gpu: {_NO_NVML}")
+        if gpus is None:
+            logger.warning("--nproc-per-node auto: %s; one worker per CPU instead", _NO_NVML)
         if value == "gpu":
             raise UsageError("--nproc-per-node gpu: no NVIDIA GPU found on this host")
     if value in ("cpu", "auto"):
@@ -123,10 +127,17 @@ def _nproc(value: str) -> int:
         f"--nproc-per-node: {value!r} is not a positive number, 'cpu', 'gpu' or 'auto'")
 
 
-def _gpu_count() -> int:
+_NO_NVML = ("counting GPUs needs NVIDIA's NVML client, which is not installed: "
+            "pip install 'trainguard[nvidia]'")
+
+
+def _gpu_count() -> int | None:
+    """The GPUs NVML sees; None when its Python client (the ``nvidia`` extra) is missing."""
     try:
         import pynvml  # noqa: PLC0415 - the NVML client only where GPUs are asked about
-
+    except ImportError:
+        return None
+    try:
         pynvml.nvmlInit()
         try:
             return int(pynvml.nvmlDeviceGetCount())
