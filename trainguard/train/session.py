@@ -57,6 +57,8 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
+import torch
+
 from trainguard.ipc import messages
 from trainguard.train import (
     agent_link,
@@ -67,6 +69,7 @@ from trainguard.train import (
     process_group,
     rng,
     state_backend,
+    torch_version,
 )
 
 __all__ = ["DeviceError", "GenerationAborted", "InjectedFaultError", "RestoreInfo", "Session",
@@ -145,6 +148,8 @@ class Session:
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if self.rank == 0 and (problem := torch_version.untested(torch.__version__)):
+            logger.warning("trainguard: %s", problem)
         self.generation = int(os.environ.get("TRAINGUARD_GENERATION", "0"))
         self.restored: RestoreInfo | None = None
         self.last_snapshot_seconds: float | None = None
