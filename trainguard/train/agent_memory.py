@@ -21,7 +21,9 @@ __all__ = ["AgentMemoryBackend"]
 class AgentMemoryBackend:
     def __init__(self, link: agent_link.AgentLink, *, rank: int, world_size: int,
                  request_timeout: float) -> None:
-        """Args:
+        """Nothing is reserved yet: the first snapshot of each slot asks the agent for memory.
+
+        Args:
             link: the connection to this worker's agent.
             request_timeout: seconds to wait for the agent to answer a restore or a reservation.
         """

@@ -148,8 +148,6 @@ class Session:
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        if self.rank == 0 and (problem := torch_version.untested(torch.__version__)):
-            logger.warning("trainguard: %s", problem)
         self.generation = int(os.environ.get("TRAINGUARD_GENERATION", "0"))
         self.restored: RestoreInfo | None = None
         self.last_snapshot_seconds: float | None = None
@@ -168,6 +166,8 @@ class Session:
         self._link: agent_link.AgentLink | agent_link.DetachedLink
         self._state: state_backend.StateBackend
         self._agent = bool(address)
+        if self.rank == 0 and (problem := torch_version.untested(torch.__version__)):
+            logger.warning("trainguard: %s", problem)
         if not address:
             self._start_without_agent(checkpoint_every, checkpoint_dir)
             return
