@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Exactly the torch the measurements in the README were made with (the extra allows 2.13.x).
+TORCH := torch==2.13.0
 
 .PHONY: run test lint clean
 
@@ -11,11 +13,11 @@ $(BIN)/python:
 
 # A stamp per dependency set, so an edit to pyproject.toml reinstalls.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[torch]'
+	$(BIN)/python -m pip install --quiet -e '.[torch]' $(TORCH)
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[torch,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,dev]' $(TORCH)
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

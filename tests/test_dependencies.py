@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _declared() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = [*project["dependencies"], *project["optional-dependencies"]["torch"]]
+    # nvidia: its client is imported only where GPUs are counted, inside a guard that says
+    # how to install it when it is missing.
+    extras = project["optional-dependencies"]
+    requirements = [*project["dependencies"], *extras["torch"], *extras["nvidia"]]
     return {re.split(r"[\s<>=!~\[;]", item, maxsplit=1)[0].lower().replace("_", "-")
             for item in requirements}
 

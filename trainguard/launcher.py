@@ -19,7 +19,6 @@ from typing import Protocol
 
 from trainguard import clock as clocks
 from trainguard.agent import (
-    checkpoint_disk,
     checkpoint_memory,
     node_agent,
     persister_client,
@@ -30,6 +29,7 @@ from trainguard.agent import (
 from trainguard.controller import device_levels, job_controller, policy
 from trainguard.detect import fault_config, heartbeat
 from trainguard.faults import device_health, events
+from trainguard.ipc import checkpoint_layout
 from trainguard.store import api as store_api
 from trainguard.store import recorder, sqlite
 from trainguard.telemetry import live, metrics
@@ -135,7 +135,7 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     run_dir = agent_settings.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = settings.checkpoint.checkpoint_dir or run_dir / "checkpoints"
-    directory = checkpoint_disk.CheckpointDirectory(checkpoint_dir)
+    directory = checkpoint_layout.CheckpointDirectory(checkpoint_dir)
     slots = snapshot_slots.SnapshotSlots()
     clock = clocks.SystemClock()
     tally = live.JobTally(max_restarts=settings.recovery.max_restarts, clock=clock)
@@ -149,7 +149,7 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
                 if settings.snapshot_memory:
                     slots.grant(rank, slot, settings.snapshot_memory)
         server = _serve_metrics(exporter, settings)
-    except (checkpoint_disk.CheckpointError, store_api.StoreError,
+    except (checkpoint_layout.CheckpointError, store_api.StoreError,
             snapshot_slots.SnapshotMemoryError) as error:
         slots.close()
         raise LaunchError(str(error)) from error

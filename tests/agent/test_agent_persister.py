@@ -10,10 +10,10 @@ from typing import Any
 import torch
 import xxhash
 
-from trainguard.agent import checkpoint_disk, persister
-from trainguard.agent.checkpoint_disk import CheckpointDirectory
+from trainguard.agent import persister
 from trainguard.agent.snapshot_slots import SnapshotSlots
-from trainguard.ipc import snapshot_layout
+from trainguard.ipc import checkpoint_layout, snapshot_layout
+from trainguard.ipc.checkpoint_layout import CheckpointDirectory
 from trainguard.train import snapshot
 
 
@@ -63,7 +63,7 @@ def test_persist_writes_a_checkpoint_that_verifies(
         "manifest.json", "rank-00000.tgsnap", "rank-00001.tgsnap"]
     assert sorted(path.name for path in root.iterdir()) == ["step-000000005"]
     for rank in range(2):
-        header, tree = snapshot.read_snapshot(str(final / checkpoint_disk.shard_name(rank)))
+        header, tree = snapshot.read_snapshot(str(final / checkpoint_layout.shard_name(rank)))
         expected = make_state(5, rank)
         assert (header.step, header.rank) == (5, rank)
         assert header.has_checksum
@@ -100,7 +100,7 @@ def test_shard_file_is_the_memory_snapshot_byte_for_byte(
         assert header is not None
         with open(slots.path(rank, 0), "rb") as stream:
             memory = stream.read(header.end)
-        shard = (tmp_path / "step-000000005" / checkpoint_disk.shard_name(rank)).read_bytes()
+        shard = (tmp_path / "step-000000005" / checkpoint_layout.shard_name(rank)).read_bytes()
         assert shard == memory
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from trainguard.agent.checkpoint_disk import CheckpointDirectory
 from trainguard.agent.persister_client import PersisterClient, PersisterLostError
 from trainguard.agent.snapshot_slots import SnapshotSlots
+from trainguard.ipc.checkpoint_layout import CheckpointDirectory
 
 CALL_TIMEOUT = 60.0
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from trainguard import clock as clocks
-from trainguard.agent import checkpoint_disk, persister_client, snapshot_slots
+from trainguard.agent import persister_client, snapshot_slots
 from trainguard.faults import events, replicas
-from trainguard.ipc import messages
+from trainguard.ipc import checkpoint_layout, messages
 
 __all__ = ["CheckpointMemory", "CheckpointSettings", "RestoreChoice"]
 
@@ -79,7 +79,7 @@ class CheckpointMemory:
         *,
         job: str,
         world_size: int,
-        directory: checkpoint_disk.CheckpointDirectory,
+        directory: checkpoint_layout.CheckpointDirectory,
         slots: snapshot_slots.SnapshotSlots,
         persister: persister_client.PersisterClient,
         record: Callable[[events.Event], object],
@@ -317,12 +317,9 @@ class CheckpointMemory:
             if newer_than is not None and step <= newer_than:
                 break
             try:
-                manifest = self.directory.read_manifest(path)
-                if manifest.world_size != self._world_size:
-                    raise checkpoint_disk.CheckpointError(
-                        f"saved with {manifest.world_size} ranks, the job has {self._world_size}")
-                await asyncio.to_thread(self.directory.verify, path, manifest)
-            except checkpoint_disk.CheckpointError as error:
+                manifest = await asyncio.to_thread(self.directory.check, path,
+                                                   world_size=self._world_size)
+            except checkpoint_layout.CheckpointError as error:
                 skipped.append(f"{path} skipped ({error})")
                 self._record(events.CheckpointRejected(job=self._job, path=str(path),
                                                        reason=str(error)))

@@ -33,8 +33,8 @@ import psutil
 import xxhash
 
 from trainguard import clock as clocks
-from trainguard.agent import checkpoint_disk, lifeline
-from trainguard.ipc import snapshot_layout
+from trainguard.agent import lifeline
+from trainguard.ipc import checkpoint_layout, snapshot_layout
 
 __all__ = ["PersistError", "hash_slot", "main", "persist"]
 
@@ -147,7 +147,7 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
     checked afterwards; a job that snapshots that much state takes its snapshots further apart.
     """
     step = int(command["step"])
-    directory = checkpoint_disk.CheckpointDirectory(Path(command["root"]))
+    directory = checkpoint_layout.CheckpointDirectory(Path(command["root"]))
     target = directory.partial_dir(step)
     started = time.monotonic()
     throttle = _Throttle(int(command.get("bandwidth", 0)))
@@ -169,16 +169,16 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
             slot.check()
         target.mkdir(parents=True, exist_ok=True)
         for rank, slot, data in zip(ranks, slots, sources, strict=True):
-            name = checkpoint_disk.shard_name(rank)
+            name = checkpoint_layout.shard_name(rank)
             checksum = _write_shard(memoryview(data), slot.header, target / name, throttle)
             if not private:
                 slot.check()  # a straight write may have raced a worker
             slot.record_checksum(checksum)
             source = None if rank == slot.shard.rank else slot.shard.rank
-            records.append(checkpoint_disk.ShardRecord(rank, name, slot.header.end, checksum,
+            records.append(checkpoint_layout.ShardRecord(rank, name, slot.header.end, checksum,
                                                        source))
-        checkpoint_disk.sync_directory(target)
-        manifest = checkpoint_disk.Manifest(
+        checkpoint_layout.sync_directory(target)
+        manifest = checkpoint_layout.Manifest(
             step=step,
             world_size=int(command["world_size"]),
             created=clocks.iso_utc(time.time()),

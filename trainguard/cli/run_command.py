@@ -138,6 +138,10 @@ def _nproc(value: str) -> int:
         gpus = _gpu_count()
         if gpus:
             return gpus
+        if gpus is None and value == "gpu":
+            raise UsageError(f"--nproc-per-node gpu: {_NO_NVML}")
+        if gpus is None:
+            logger.warning("--nproc-per-node auto: %s; one worker per CPU instead", _NO_NVML)
         if value == "gpu":
             raise UsageError("--nproc-per-node gpu: no NVIDIA GPU found on this host")
     if value in ("cpu", "auto"):
@@ -146,10 +150,17 @@ def _nproc(value: str) -> int:
         f"--nproc-per-node: {value!r} is not a positive number, 'cpu', 'gpu' or 'auto'")
 
 
-def _gpu_count() -> int:
+_NO_NVML = ("counting GPUs needs NVIDIA's NVML client, which is not installed: "
+            "pip install 'trainguard[nvidia]'")
+
+
+def _gpu_count() -> int | None:
+    """The GPUs NVML sees; None when its Python client (the ``nvidia`` extra) is missing."""
     try:
         import pynvml  # noqa: PLC0415 - the NVML client only where GPUs are asked about
-
+    except ImportError:
+        return None
+    try:
         pynvml.nvmlInit()
         try:
             return int(pynvml.nvmlDeviceGetCount())
@@ -161,7 +172,7 @@ def _gpu_count() -> int:
 
 def _has_devices() -> bool:
     """NVIDIA GPUs (through NVML) or Ascend NPUs (their device files) on this host."""
-    return _gpu_count() > 0 or any(Path("/dev").glob("davinci[0-9]*"))
+    return (_gpu_count() or 0) > 0 or any(Path("/dev").glob("davinci[0-9]*"))
 
 
 def _fault_plan(text: str) -> tuple[fault_injection.PlannedFault, ...]:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from trainguard.ipc import messages
 
-__all__ = ["AgentLink", "AgentLinkError"]
+__all__ = ["AgentLink", "AgentLinkError", "DetachedLink"]
 
 logger = logging.getLogger(__name__)
 
@@ -166,3 +166,22 @@ class AgentLink:
         with contextlib.suppress(OSError):
             self._socket.shutdown(socket.SHUT_RDWR)
         self._socket.close()
+
+
+class DetachedLink:
+    """Stands in for :class:`AgentLink` outside ``trainguard run``: there is no agent, so every
+    message is dropped and no order ever comes."""
+
+    closed = False
+
+    def send(self, message: messages.Message) -> None:
+        """Dropped: nobody listens."""
+
+    def send_from_signal(self, message: messages.Message) -> None:
+        """Dropped: nobody listens."""
+
+    def send_now(self, message: messages.Message, *, timeout: float = 2.0) -> None:
+        """Dropped: nobody listens."""
+
+    def close(self, *, timeout: float = 5.0) -> None:
+        """Nothing to disconnect."""

@@ -33,6 +33,14 @@ An error inside a step then does not end the process: the rank cuts its communic
 releases every peer blocked in a collective with it), tells the agent, and waits; the agent
 decides, and every rank that stays calls ``train`` again in the next generation, which restores
 the newest state every rank has and redoes the step.
+
+The same script also runs without ``trainguard run``, under plain ``python`` or ``torchrun``:
+the session then says once that it has no agent, the step guard does nothing, ``checkpoint()``
+saves every ``TRAINGUARD_CHECKPOINT_EVERY`` steps (default 100) to ``TRAINGUARD_CHECKPOINT_DIR``
+(default ``./checkpoints``) in the format ``trainguard run`` writes, ``restore()`` loads the newest
+complete checkpoint there, and :meth:`Session.run` calls ``train`` once. Where the state goes is a
+backend: the agent's memory (:mod:`trainguard.train.agent_memory`) or the directory
+(:mod:`trainguard.train.local_directory`).
 """
 
 from __future__ import annotations
@@ -49,8 +57,20 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
+import torch
+
 from trainguard.ipc import messages
-from trainguard.train import agent_link, communicator, error_file, process_group, rng, snapshot
+from trainguard.train import (
+    agent_link,
+    agent_memory,
+    communicator,
+    error_file,
+    local_directory,
+    process_group,
+    rng,
+    state_backend,
+    torch_version,
+)
 
 __all__ = ["DeviceError", "GenerationAborted", "InjectedFaultError", "RestoreInfo", "Session",
            "SessionError"]
@@ -100,36 +120,40 @@ class RestoreInfo:
 class Session:
     """Usable as soon as it is constructed; one per training process."""
 
-    def __init__(self, *, request_timeout: float = 600.0, handle_sigterm: bool = True) -> None:
-        """Connect to this worker's node agent.
+    def __init__(self, *, request_timeout: float = 600.0, handle_sigterm: bool = True,
+                 checkpoint_every: int | None = None,
+                 checkpoint_dir: str | os.PathLike[str] | None = None) -> None:
+        """Connect to this worker's node agent, or, without ``trainguard run``, to a checkpoint
+        directory.
 
         Args:
             request_timeout: seconds to wait for the agent to answer a restore or a reservation.
             handle_sigterm: on SIGTERM, stop at a step agreed with the other ranks after saving
-                the state (a dying checkpoint) instead of dying at once.
+                the state (a dying checkpoint) instead of dying at once. Without an agent there
+                is nobody to agree with, and SIGTERM ends the process as it would without
+                trainguard.
+            checkpoint_every: without an agent only: save when the step to resume at is a
+                multiple of this (default 100; ``TRAINGUARD_CHECKPOINT_EVERY`` wins when set).
+                Under ``trainguard run`` every checkpoint is a memory snapshot, and the agent's
+                ``--persist-interval`` paces the disk.
+            checkpoint_dir: without an agent only: where checkpoints go (default
+                ``./checkpoints``; ``TRAINGUARD_CHECKPOINT_DIR`` wins when set). Under
+                ``trainguard run``, ``--checkpoint-dir`` decides.
 
         Raises:
-            SessionError: not started by ``trainguard run``, or the agent is unreachable.
+            SessionError: the agent is unreachable; without one, a checkpoint setting is
+                malformed or the directory is not writable.
         """
         address = os.environ.get("TRAINGUARD_AGENT_SOCKET")
-        if not address:
-            raise SessionError(
-                "trainguard.train.Session needs the environment `trainguard run` gives its "
-                "workers (TRAINGUARD_AGENT_SOCKET is not set); start the script with "
-                "`trainguard run`")
-        self.rank = int(os.environ["RANK"])
+        self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.generation = int(os.environ.get("TRAINGUARD_GENERATION", "0"))
         self.restored: RestoreInfo | None = None
         self.last_snapshot_seconds: float | None = None
-        self._request_timeout = request_timeout
         self._lock = threading.Lock()
         self._injections: list[messages.InjectFault] = []
         self._stop_at: int | None = None
-        self._slot_paths = ["", ""]
-        self._mapped: dict[int, snapshot.MappedSlot] = {}
-        self._next_slot = 0
         self._tracked: Mapping[str, Any] | None = None
         self._saved_step: int | None = None
         self._closed = False
@@ -139,14 +163,44 @@ class Session:
         self._rejoin: messages.Rejoin | None = None  # under _lock
         self._rejoined = threading.Condition(self._lock)
         self._left = False  # this rank has left its current generation
+        self._link: agent_link.AgentLink | agent_link.DetachedLink
+        self._state: state_backend.StateBackend
+        self._agent = bool(address)
+        if self.rank == 0 and (problem := torch_version.untested(torch.__version__)):
+            logger.warning("trainguard: %s", problem)
+        if not address:
+            self._start_without_agent(checkpoint_every, checkpoint_dir)
+            return
         try:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
             raise SessionError(str(error)) from error
         self._link.send(messages.Hello(self.rank, self.local_rank, os.getpid(), self.generation))
+        self._state = agent_memory.AgentMemoryBackend(
+            self._link, rank=self.rank, world_size=self.world_size,
+            request_timeout=request_timeout)
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
+        atexit.register(self.close)
+
+    def _start_without_agent(self, every: int | None,
+                             directory: str | os.PathLike[str] | None) -> None:
+        """Plain ``python`` or ``torchrun``: checkpoints go straight to a directory."""
+        try:
+            settings = local_directory.LocalDirectorySettings.from_env(
+                every=every, directory=None if directory is None else os.fspath(directory))
+            self._state = local_directory.LocalDirectoryBackend(
+                settings, rank=self.rank, world_size=self.world_size)
+        except state_backend.StateError as error:
+            raise SessionError(str(error)) from error
+        self._link = agent_link.DetachedLink()
+        if self.rank == 0:
+            logger.warning(
+                "trainguard: no agent (not started by `trainguard run`): no fault detection or "
+                "recovery; checkpoint() saves every %d steps to %s, restore() loads the newest "
+                "there", settings.every, settings.directory.resolve())
+        error_file.install(self._on_uncaught)
         atexit.register(self.close)
 
     # --- orders from the agent (reader thread) and from signals ------------------------------
@@ -183,8 +237,10 @@ class Session:
         defaults: the session sets ``MASTER_PORT`` for each generation), restores, and trains.
         When this rank leaves a generation (an error in a step, or the agent's order), ``run``
         waits for the agent and calls ``train`` again; if the agent decides that this process
-        must go, it ends it.
+        must go, it ends it. Without an agent, it calls ``train`` once.
         """
+        if not self._agent:
+            return train()
         self._in_process = True
         self._link.send(messages.RecoverySupported(["retry", "recover-in-place", "recover"]))
         while True:
@@ -317,13 +373,20 @@ class Session:
     # --- state -------------------------------------------------------------------------------
 
     def checkpoint(self, state: Mapping[str, Any], *, step: int) -> None:
-        """Snapshot ``state`` into the agent's shared memory; ``step`` is the step to resume at.
+        """Save ``state``; ``step`` is the step to resume at.
 
-        Returns once the bytes are copied; the agent persists them to disk in the background.
+        Under ``trainguard run``, a snapshot into the agent's shared memory: it returns once the
+        bytes are copied, and the agent persists them to disk in the background. Without an
+        agent, every ``checkpoint_every``-th step is written to the checkpoint directory (every
+        rank calls it for the same steps: with several ranks, it is a collective); other calls
+        return at once.
 
         Raises:
-            SessionError: the agent could not reserve memory for the snapshot.
+            SessionError: the agent could not reserve memory for the snapshot; without an
+                agent, several ranks but no process group.
         """
+        if not self._state.due(step):
+            return
         started = time.perf_counter()
         self._activity(messages.ActivityKind.CHECKPOINT, True)
         tree = {
@@ -332,78 +395,45 @@ class Session:
                       for key, value in state.items()},
             "rng": rng.capture(),
         }
-        prepared = snapshot.prepare(tree)
-        slot = self._next_slot
-        mapped = self._slot(slot, prepared.nbytes)
-        seq = mapped.write(prepared, step=step, generation=self.generation, rank=self.rank,
-                           world_size=self.world_size)
-        seconds = time.perf_counter() - started
-        self._link.send(messages.SnapshotCommitted(step, slot, seq, prepared.nbytes, seconds,
-                                                   time.monotonic()))
+        try:
+            seconds = self._state.save(tree, step=step, generation=self.generation,
+                                       started=started)
+        except state_backend.StateError as error:
+            raise SessionError(str(error)) from error
         self._activity(messages.ActivityKind.CHECKPOINT, False)
-        self._next_slot = 1 - slot
         self._tracked = state
         self._saved_step = step
         self.last_snapshot_seconds = seconds
-
-    def _slot(self, slot: int, nbytes: int) -> snapshot.MappedSlot:
-        mapped = self._mapped.get(slot)
-        if mapped is None and self._slot_paths[slot]:
-            mapped = self._mapped[slot] = snapshot.MappedSlot(self._slot_paths[slot])
-        if mapped is not None and mapped.capacity >= nbytes:
-            return mapped
-        request_id = self._link.next_request_id()
-        reply = self._link.request(messages.ReserveSlot(request_id, slot, nbytes),
-                                   request_id=request_id, timeout=self._request_timeout)
-        if isinstance(reply, messages.RequestFailed):
-            raise SessionError(f"no memory for the snapshot: {reply.error}")
-        assert isinstance(reply, messages.SlotGranted)
-        if mapped is not None:
-            mapped.close()
-        self._slot_paths[slot] = reply.path
-        self._mapped[slot] = mapped = snapshot.MappedSlot(reply.path)
-        return mapped
 
     def restore(self, state: MutableMapping[str, Any] | Mapping[str, Any], *,
                 restore_rng: bool = True) -> int:
         """Load the newest complete state into ``state``; returns the step to resume at.
 
         Every rank gets the same step. The agent picks memory when its snapshot is intact, else
-        the newest complete checkpoint on disk that verifies; ``self.restored`` says which.
+        the newest complete checkpoint on disk that verifies; without an agent, the newest
+        complete checkpoint in the directory that verifies. ``self.restored`` says which.
 
         Raises:
-            SessionError: the saved state does not match ``state``'s keys.
+            SessionError: the saved state does not match ``state``'s keys, or cannot be read.
         """
         started = time.perf_counter()
         self._activity(messages.ActivityKind.RESTORE, True)
-        request_id = self._link.next_request_id()
-        plan = self._link.request(messages.RestorePlanRequest(request_id),
-                                  request_id=request_id, timeout=self._request_timeout)
-        if not isinstance(plan, messages.RestorePlan):
-            raise SessionError(f"the agent could not plan a restore: {plan}")
-        for slot, mapped in list(self._mapped.items()):
-            if mapped.path != plan.slot_paths[slot]:  # a survivor keeps what it has mapped
-                mapped.close()
-                del self._mapped[slot]
-        self._slot_paths = list(plan.slot_paths)
-        self._next_slot = plan.next_slot
+        try:
+            loaded = self._state.load()
+        except state_backend.StateError as error:
+            raise SessionError(str(error)) from error
         self._tracked = state
         step = 0
-        if plan.note:
-            logger.warning("rank %d: %s", self.rank, plan.note)
-        if plan.source is not messages.RestoreSource.NONE:
-            try:
-                received = process_group.exchange_state(plan)
-                header, tree = received or snapshot.read_snapshot(plan.path)
-            except (snapshot.SnapshotError, process_group.ExchangeError) as error:
-                raise SessionError(f"cannot restore from {plan.source}: {error}") from error
-            self._load(state, tree["state"])
-            if restore_rng and "rng" in tree:
-                rng.restore(tree["rng"])
-            step = header.step
+        if loaded.note:
+            logger.warning("rank %d: %s", self.rank, loaded.note)
+        if loaded.tree is not None:
+            self._load(state, loaded.tree["state"])
+            if restore_rng and "rng" in loaded.tree:
+                rng.restore(loaded.tree["rng"])
+            step = loaded.step
             self._saved_step = step
-        self.restored = RestoreInfo(str(plan.source), step, time.perf_counter() - started,
-                                    plan.note)
+        self.restored = RestoreInfo(loaded.source, step, time.perf_counter() - started,
+                                    loaded.note)
         self._activity(messages.ActivityKind.RESTORE, False)
         return step
 
@@ -443,10 +473,5 @@ class Session:
         self._closed = True
         self._link.send(messages.Finished(time.monotonic()))
         self._link.close()
-        self._unmap()
-
-    def _unmap(self) -> None:
-        for mapped in self._mapped.values():
-            mapped.close()
-        self._mapped.clear()
+        self._state.close()
 

@@ -1,5 +1,9 @@
 """Persisted checkpoints: one directory per step, complete only when its manifest says so.
 
+Written by the agent's persister under ``trainguard run``, and by the training process itself
+outside it (``trainguard.train.local_checkpoints``): both sides share this module, so the format
+has one implementation.
+
 Layout under the checkpoint directory::
 
     step-000000120/
@@ -176,6 +180,20 @@ class CheckpointDirectory:
         except (OSError, UnicodeDecodeError) as error:
             raise CheckpointError(f"cannot read {path}: {error}") from error
         return Manifest.from_json(text)
+
+    def check(self, directory: Path, *, world_size: int) -> Manifest:
+        """The manifest of a complete checkpoint whose every shard verifies, for ``world_size``
+        ranks: what a restore may load.
+
+        Raises:
+            CheckpointError: partial, saved with another world size, or a shard that fails.
+        """
+        manifest = self.read_manifest(directory)
+        if manifest.world_size != world_size:
+            raise CheckpointError(
+                f"saved with {manifest.world_size} ranks, the job has {world_size}")
+        self.verify(directory, manifest)
+        return manifest
 
     def verify(self, directory: Path, manifest: Manifest) -> None:
         """Check every shard's size, header and checksum against the manifest.

@@ -10,14 +10,13 @@ import pytest
 import torch
 import xxhash
 
-from trainguard.agent import checkpoint_disk
-from trainguard.agent.checkpoint_disk import (
+from trainguard.ipc import checkpoint_layout, snapshot_layout
+from trainguard.ipc.checkpoint_layout import (
     CheckpointDirectory,
     CheckpointError,
     Manifest,
     ShardRecord,
 )
-from trainguard.ipc import snapshot_layout
 from trainguard.train import snapshot
 
 CREATED = "2026-11-30T07:02:50.123Z"
@@ -41,7 +40,7 @@ def write_shard(directory: Path, *, rank: int, step: int, world_size: int = 2,
     """A shard file as the persister writes it: a committed snapshot with its checksum."""
     tree = {"step": step, "state": {"w": torch.full((numel,), float(rank))}}
     prepared = snapshot.prepare(tree)
-    path = directory / checkpoint_disk.shard_name(rank)
+    path = directory / checkpoint_layout.shard_name(rank)
     directory.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as stream:
         stream.truncate(prepared.nbytes)
@@ -172,7 +171,7 @@ def test_step_dirs_of_a_missing_root_is_empty(tmp_path: Path) -> None:
 def test_step_dir_and_shard_names() -> None:
     directory = CheckpointDirectory(Path("/ckpt"))
     assert directory.step_dir(120) == Path("/ckpt/step-000000120")
-    assert checkpoint_disk.shard_name(3) == "rank-00003.tgsnap"
+    assert checkpoint_layout.shard_name(3) == "rank-00003.tgsnap"
 
 
 def test_read_manifest_of_a_directory_without_one_is_partial(tmp_path: Path) -> None:
@@ -186,7 +185,7 @@ def test_read_manifest_returns_the_committed_manifest(tmp_path: Path) -> None:
     directory = CheckpointDirectory(tmp_path)
     path, manifest = write_checkpoint(directory, 4)
     assert directory.read_manifest(path) == manifest
-    assert not (path / (checkpoint_disk.MANIFEST_NAME + ".tmp")).exists()
+    assert not (path / (checkpoint_layout.MANIFEST_NAME + ".tmp")).exists()
 
 
 def test_read_manifest_with_undecodable_bytes_is_a_checkpoint_error(tmp_path: Path) -> None:
@@ -195,7 +194,7 @@ def test_read_manifest_with_undecodable_bytes_is_a_checkpoint_error(tmp_path: Pa
     directory = CheckpointDirectory(tmp_path)
     path = tmp_path / "step-000000003"
     path.mkdir()
-    (path / checkpoint_disk.MANIFEST_NAME).write_bytes(b'{"format": "\xff\xfe\x80"}')
+    (path / checkpoint_layout.MANIFEST_NAME).write_bytes(b'{"format": "\xff\xfe\x80"}')
     with pytest.raises(CheckpointError):
         directory.read_manifest(path)
 

@@ -1,0 +1,57 @@
+"""Where a session keeps the training state: the interface its two backends share.
+
+Under ``trainguard run`` the state goes into the node agent's shared memory
+(:mod:`trainguard.train.agent_memory`); outside it, straight into a checkpoint directory in the
+same on-disk format (:mod:`trainguard.train.local_directory`). :class:`~trainguard.train.Session`
+builds the saved tree (states, random generators) and loads it back; a backend only stores and
+finds trees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+__all__ = ["Loaded", "StateBackend", "StateError"]
+
+
+class StateError(RuntimeError):
+    """The state cannot be saved or loaded this way; the message says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """What a restore found."""
+
+    source: str
+    """Where it came from: ``memory``, ``peer``, ``disk``, or ``none`` on a fresh start."""
+    step: int
+    """The step training resumes at (0 when nothing was found)."""
+    tree: Any
+    """The saved tree (``{"step", "state", "rng"}``), or None when nothing was found."""
+    note: str
+    """Newer states that were skipped, and why; empty when none were."""
+
+
+class StateBackend(Protocol):
+    def due(self, step: int) -> bool:
+        """Whether ``Session.checkpoint(..., step=step)`` saves (else it returns at once)."""
+
+    def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float) -> float:
+        """Store ``tree``, saved to resume at ``step``; ``started`` is the
+        ``time.perf_counter()`` at which the checkpoint began. Returns the seconds training was
+        blocked.
+
+        Raises:
+            StateError: there is no room for the state, or the ranks cannot agree on where it goes.
+        """
+
+    def load(self) -> Loaded:
+        """The newest complete state this rank may resume from; every rank gets the same step.
+
+        Raises:
+            StateError: the state that should be loaded cannot be read.
+        """
+
+    def close(self) -> None:
+        """Release what the backend holds (mappings); saving is over."""
