@@ -16,11 +16,22 @@ from trainguard import clock as clocks
 from trainguard.controller import api, policy
 from trainguard.faults import device_health, events, process
 from trainguard.faults.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.levels import Level
 from trainguard.store import recorder
 
-__all__ = ["FaultRecord", "JobController", "JobResult"]
+__all__ = ["ISOLATING", "FaultRecord", "JobController", "JobResult"]
 
 logger = logging.getLogger(__name__)
+
+
+ISOLATING = frozenset({Level.SEPARATE_NPU, Level.MANUALLY_SEPARATE_NPU})
+"""Device levels that take a device out of use for the rest of the job: no restart, at any
+level, places a rank on it again (its ranks go to spare devices)."""
+
+
+def _device_name(worker: api.WorkerView) -> str:
+    """The name a worker's device has in the fault engine."""
+    return f"device-{worker.device}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +80,8 @@ class JobController:
         self.device_faults = device_faults or device_health.FaultEngine()
         """Grades device codes: swapped for one with new configuration at run time."""
         self._graded: dict[tuple[int, int], device_health.DeviceHealth] = {}
+        self._isolated: set[str] = set()
+        """Devices graded at an isolating level: no rank is placed on them again."""
         self._job = job
         self._world_size = world_size
         self._agent = agent
@@ -243,8 +256,8 @@ class JobController:
                 continue
             else:
                 await self._agent.stop_workers()
-                formed = await self._agent.start_generation(number,
-                                                         restart_count=self._restarts_used)
+                formed = await self._agent.start_generation(
+                    number, restart_count=self._restarts_used, move=context.isolated)
             self._started(formed)
             return formed, _Recovery(index, strategy, decided_at)
 
@@ -270,7 +283,8 @@ class JobController:
             restarts_left=self.settings.max_restarts - self._restarts_used + spent,
             in_process=all(w.in_process for w in workers),
             alive=[w.rank for w in workers if w.alive],
-            spares_left=self._agent.spares_left, layout=self._agent.layout)
+            spares_left=self._agent.spares_left, layout=self._agent.layout,
+            isolated=[w.rank for w in workers if _device_name(w) in self._isolated])
 
     def _grade(self, generation: api.GenerationHandle, fault: process.ProcessFault
                ) -> process.ProcessFault:
@@ -281,10 +295,12 @@ class JobController:
         key = (generation.number, fault.rank)
         health = self._graded.get(key)
         if health is None:
-            device = f"device-{generation.workers[fault.rank].device}"
+            device = _device_name(generation.workers[fault.rank])
             health = self.device_faults.report(
                 DeviceFaultEvent(device, fault.code, Assertion.ONCE, self._clock.wall()))
             self._graded[key] = health
+            if health.level in ISOLATING:
+                self._isolated.add(device)
             self._record(events.DeviceFaultGraded(
                 job=self._job, generation=generation.number, rank=fault.rank, device=device,
                 code=fault.code, level=str(health.level), reset_policy=str(health.reset_policy),

@@ -12,7 +12,9 @@ The strategies are the original's, finest first (NOTES §4.2-4.3):
   replica (the failed device's memory is not trusted).
 * ``dump``: the healthy replicas save the newest state to disk (the failed ranks' from their
   replicas), then ``exit``.
-* ``exit``: job-level restart of every process: the floor, which always works.
+* ``exit``: job-level restart of every process: the floor. Ranks whose device is isolated
+  (SeparateNPU, ManuallySeparateNPU) start on spare devices; without enough spares the job
+  fails (it does not shrink).
 
 The first strategy that is enabled and fits the fault is tried; when it fails or misses its
 deadline, the next that fits after it (the original's fallback chain). Every recovery spends
@@ -160,6 +162,7 @@ class FaultContext:
     alive: Collection[int] = ()  # ranks whose process is still there
     spares_left: int = 0
     layout: replicas.ReplicaLayout | None = None
+    isolated: Collection[int] = ()  # ranks on isolated devices: any restart moves them to spares
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +184,13 @@ def _out_of_use(faults: Sequence[process.ProcessFault]) -> str:
     fault = faults[0]
     where = fault.device or f"rank {fault.rank}'s device"
     return f"{where} is {fault.device_level} ({fault.code}), which takes it out of use"
+
+
+def _on_isolated(ranks: Collection[int]) -> str:
+    listed = sorted(ranks)
+    if len(listed) == 1:
+        return f"rank {listed[0]} is on an isolated device"
+    return f"ranks {', '.join(map(str, listed))} are on isolated devices"
 
 
 def _why_not(strategy: Strategy, context: FaultContext) -> str | None:
@@ -230,6 +240,11 @@ def decide(settings: RecoverySettings, context: FaultContext, *,
     for strategy in CHAIN[start:]:
         if strategy not in settings.recover_strategy:
             continue
+        if strategy is Strategy.EXIT and len(context.isolated) > context.spares_left:
+            return Decision(Strategy.FAIL, (
+                f"{_on_isolated(context.isolated)} and {context.spares_left} spare devices "
+                "are left (--spare-devices): no restart may place a rank on an isolated "
+                "device, and the job does not shrink; not restarted"))
         if strategy in IN_PROCESS and not context.in_process:
             continue  # a plain script: processes never survive, nothing to explain
         reason = _why_not(strategy, context)

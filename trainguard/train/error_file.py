@@ -20,7 +20,7 @@ from types import TracebackType
 __all__ = ["install"]
 
 
-def install(on_error: Callable[[str], None]) -> None:
+def install(on_error: Callable[[BaseException], None]) -> None:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
     previous = sys.excepthook
 
@@ -39,7 +39,7 @@ def install(on_error: Callable[[str], None]) -> None:
                     json.dump(body, stream)
             except OSError:
                 pass  # the report falls back to the worker's stderr
-        on_error(f"{kind.__name__}: {error}")
+        on_error(error)
         previous(kind, error, trace)
 
     sys.excepthook = write_then_report

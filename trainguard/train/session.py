@@ -167,8 +167,10 @@ class Session:
                 self._rejoin = order
                 self._rejoined.notify_all()
 
-    def _on_uncaught(self, error: str) -> None:
-        self._link.send_now(messages.WorkerFailing(error, time.monotonic()))
+    def _on_uncaught(self, error: BaseException) -> None:
+        code = error.code if isinstance(error, DeviceError) else ""
+        self._link.send_now(messages.WorkerFailing(f"{type(error).__name__}: {error}",
+                                                   time.monotonic(), code))
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         # The agent answers with the step at which every rank stops (StopAt).
