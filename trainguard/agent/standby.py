@@ -18,8 +18,10 @@ Runs as ``python -m trainguard.agent.standby FD PRELOAD...`` where FD is one end
   ``{"op": "exited", "pid", "returncode"}`` (negative: killed by that signal) for every child.
 
 Workers die with the standby process (PR_SET_PDEATHSIG), and the standby process with the agent.
-This module imports only the standard library (and :mod:`.lifeline`): it must start fast and
-preload nothing by accident.
+A worker's uncaught exception prints without the standby's and runpy's frames, each distinct
+traceback once per job (:mod:`trainguard.tracebacks`, in ``$TRAINGUARD_TRACEBACKS``).
+This module imports only the standard library (and :mod:`.lifeline`,
+:mod:`trainguard.tracebacks`): it must start fast and preload nothing by accident.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import sys
 import types
 from typing import Any
 
+from trainguard import tracebacks
 from trainguard.agent import lifeline
 
 __all__ = ["SpawnRequest", "main"]
@@ -177,6 +180,7 @@ def _run_worker(request: SpawnRequest) -> None:
         except OSError as error:
             sys.stderr.write(f"trainguard: cannot execute {request.target!r}: {error}\n")
             os._exit(127)
+    tracebacks.install(os.environ.get("TRAINGUARD_TRACEBACKS"))
     if request.mode == "module":
         sys.argv = [request.target, *request.args]
         sys.path[0] = os.getcwd()

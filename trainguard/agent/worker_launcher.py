@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterable, Mapping
 
 from trainguard import clock as clocks
@@ -43,10 +44,13 @@ class WorkerLauncher:
                                   settings.nproc_per_node + settings.spare_devices))
         self.spares_left = settings.spare_devices
         self.agent_address = ""
+        self._tracebacks = settings.run_dir / "tracebacks"
 
     async def start(self, agent_address: str) -> None:
         """Raises: standby_client.StandbyError."""
         self.agent_address = agent_address
+        # Tracebacks are printed once per job (trainguard.tracebacks): forget an earlier run's.
+        shutil.rmtree(self._tracebacks, ignore_errors=True)
         await self._ensure_standby()
         if self.settings.spare_devices:
             self._spare_standby = await self._start_standby("spare standby")
@@ -124,6 +128,7 @@ class WorkerLauncher:
             error_file=worker.error_file, agent_socket=self.agent_address,
             generation=generation.number)
         env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
+        env["TRAINGUARD_TRACEBACKS"] = str(self._tracebacks)
         env.update(self.visibility())
         launch = standby_client.WorkerLaunch(
             mode=settings.program.mode, target=settings.program.target,
