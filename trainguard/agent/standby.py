@@ -68,8 +68,9 @@ class _Standby:
         signal.set_wakeup_fd(self._wake_write)
         # A Python handler makes SIGCHLD wake the loop through the wakeup fd.
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        # The agent decides when the job stops; a Ctrl-C on the terminal is its to handle.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # The agent decides when the job stops; a Ctrl-C on the terminal, or a SIGTERM to the
+        # whole process group, is its to handle.
+        lifeline.leave_stop_signals_to_parent()
 
     def send(self, body: dict[str, Any]) -> None:
         self._channel.send(json.dumps(body).encode())
@@ -157,6 +158,8 @@ class _Standby:
         self._channel.close()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for signum in lifeline.STOP_SIGNALS:  # a worker gets them as under python script.py
+            signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request.env)
