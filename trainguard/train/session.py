@@ -404,6 +404,11 @@ class Session:
                 rng.restore(tree["rng"])
             step = header.step
             self._saved_step = step
+            if received is not None:
+                # State from a peer is in no memory slot of this rank: snapshot it now, or
+                # the step is complete nowhere until this rank's next snapshot (never, when
+                # it was the last step) and a second fault would lose it.
+                self.checkpoint(state, step=step)
         self.restored = RestoreInfo(str(plan.source), step, time.perf_counter() - started,
                                     plan.note)
         self._activity(messages.ActivityKind.RESTORE, False)
