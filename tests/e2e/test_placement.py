@@ -63,3 +63,13 @@ def test_an_isolated_device_without_a_spare_fails_the_job_with_the_reason(
     assert job.wait() == 1, job.output()
     assert "rank 1 is on an isolated device and 0 spare devices are left" in job.output()
     assert set(environments(tmp_path)) == {(0, 0), (0, 1)}, "no restart on the isolated device"
+
+
+def test_a_users_list_too_short_for_the_spares_is_refused_naming_it(run_job: Start,
+                                                                    tmp_path: Path) -> None:
+    job = run_job("--nproc-per-node", "2", "--spare-devices", "1", SCRIPT, str(tmp_path),
+                  env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert job.wait() == 1, job.output()
+    assert ("workers could not be started: CUDA_VISIBLE_DEVICES='0,1' lists 2 devices; the job "
+            "needs 3") in job.output()
+    assert not environments(tmp_path), "no worker started"
