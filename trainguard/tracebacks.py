@@ -79,7 +79,7 @@ def install(directory: str | None) -> Callable[..., None]:
         if directory:
             path = Path(directory) / f"{_digest(summary)}.txt"
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 with open(path, "x") as saved:
                     saved.write(text)
             except FileExistsError:
