@@ -111,8 +111,10 @@ class FakeAgent:
         self.calls.append(("dump", sorted(failed)))
         return None
 
-    async def start_generation(self, number: int, *, restart_count: int) -> FakeGeneration:
+    async def start_generation(self, number: int, *, restart_count: int,
+                               move: Collection[int] = ()) -> FakeGeneration:
         self.calls.append(("start_generation", (number, restart_count)))
+        assert not move, "these jobs have no device faults"
         loop = asyncio.get_running_loop()
         generation = FakeGeneration(
             number=number, restart_count=restart_count, master_port=29500 + number,

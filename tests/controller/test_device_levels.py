@@ -22,6 +22,7 @@ from tests.controller.test_controller_job_controller import (
     FakeGeneration,
     FakeWorker,
     Harness,
+    _exit_fault,
     bounded,
     run_scenario,
 )
@@ -45,24 +46,33 @@ class RecoveringAgent(FakeAgent):
         self.layout = replicas.ReplicaLayout(world_size, dp_size)
         self.devices = {rank: rank for rank in range(world_size)}
         self._next_spare = world_size
+        self.moved: list[list[int]] = []  # the ranks each start_generation moved to spares
 
     def _workers(self) -> dict[int, FakeWorker]:
         return {rank: FakeWorker(rank, in_process=True, device=self.devices[rank])
                 for rank in range(self.world_size)}
 
-    async def start_generation(self, number: int, *, restart_count: int) -> FakeGeneration:
+    async def start_generation(self, number: int, *, restart_count: int,
+                               move: Collection[int] = ()) -> FakeGeneration:
+        self.moved.append(sorted(move))
+        self._move_to_spares(move)
         generation = await super().start_generation(number, restart_count=restart_count)
         generation.workers = self._workers()
         return generation
+
+    def _move_to_spares(self, ranks: Collection[int]) -> None:
+        if len(ranks) > self.spares_left:
+            raise process.RecoveryError(f"{self.spares_left} spares for {len(ranks)} ranks")
+        for rank in sorted(ranks):
+            self.devices[rank] = self._next_spare
+            self._next_spare += 1
+            self.spares_left -= 1
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
                       to_spares: bool) -> FakeGeneration:
         self.calls.append(("recover", (number, sorted(replace), to_spares)))
         if to_spares:
-            for rank in sorted(replace):
-                self.devices[rank] = self._next_spare
-                self._next_spare += 1
-                self.spares_left -= 1
+            self._move_to_spares(replace)
         loop = asyncio.get_running_loop()
         generation = FakeGeneration(
             number=number, restart_count=restart_count, master_port=29500 + number,
@@ -110,6 +120,12 @@ async def _recovered(h: Harness, generation: FakeGeneration, *, count: int) -> N
 
 def _decisions(h: Harness) -> list[tuple[str, str]]:
     return [(d["strategy"], d["reason"]) for d in h.data("decision")]
+
+
+def _moved(h: Harness) -> list[list[int]]:
+    """The ranks each start_generation moved to spare devices."""
+    assert isinstance(h.agent, RecoveringAgent)
+    return h.agent.moved
 
 
 def _graded(h: Harness) -> list[dict[str, Any]]:
@@ -175,8 +191,7 @@ def test_a_second_memory_error_on_one_device_moves_the_rank_to_a_spare(
     run_scenario(scenario)
 
 
-def test_a_second_memory_error_without_spares_restarts_the_job(
-        store: sqlite.SqliteStore) -> None:
+def test_a_second_memory_error_without_spares_fails_the_job(store: sqlite.SqliteStore) -> None:
     async def scenario() -> None:
         h = _harness(store, spares=0)
         run = asyncio.create_task(h.controller.run())
@@ -187,18 +202,16 @@ def test_a_second_memory_error_without_spares_restarts_the_job(
         await _recovered(h, second, count=1)
         h.clock.now += 60.0
         _raise(second, 2, UCE, at=250.0)
-        third = await h.next_generation()
-        await _recovered(h, third, count=2)
-        third.succeed()
         result = await bounded(run)
 
+        assert result.outcome is events.JobOutcome.FAILED
         assert [record.decision.strategy for record in result.faults] == [
-            policy.Strategy.RETRY, policy.Strategy.EXIT]
-        strategy, reason = _decisions(h)[1]
-        assert strategy == "exit"
-        assert ("not retry step, restart failed ranks: device-2 is isolated "
-                "(ManuallySeparateNPU) after code 80E01801") in reason
-        assert "not move to spare: 0 spare devices for 1 failed ranks" in reason
+            policy.Strategy.RETRY, policy.Strategy.FAIL]
+        assert result.reason == (
+            "rank 2 is on an isolated device and 0 spare devices are left (--spare-devices): "
+            "no restart may place a rank on an isolated device, and the job does not shrink; "
+            "not restarted")
+        assert _moved(h) == [[]], "no generation was started after the separation"
         assert [g["level"] for g in _graded(h)] == ["RestartBusiness", "ManuallySeparateNPU"]
 
     run_scenario(scenario)
@@ -222,6 +235,8 @@ def test_a_second_memory_error_without_replicas_restarts_the_job(
         assert [record.decision.strategy for record in result.faults] == [
             policy.Strategy.RETRY, policy.Strategy.EXIT]
         assert "a failed rank has no healthy data-parallel replica" in _decisions(h)[1][1]
+        assert _moved(h) == [[], [0]], "the restart moves rank 0 off its separated device"
+        assert [w.device for w in third.workers.values()] == [4, 1, 2, 3]
 
     run_scenario(scenario)
 
@@ -276,31 +291,30 @@ def test_the_history_belongs_to_the_device_not_the_rank(store: sqlite.SqliteStor
     run_scenario(scenario)
 
 
-def test_a_separated_device_given_back_by_an_operator_is_retried_again(
+def test_a_separated_device_stays_out_of_use_for_every_later_restart(
         store: sqlite.SqliteStore) -> None:
-    engine = device_health.FaultEngine()
-
     async def scenario() -> None:
-        h = _harness(store, spares=0, engine=engine)
+        h = _harness(store, spares=1, dp_size=1)  # no replica: recover cannot be used
         run = asyncio.create_task(h.controller.run())
 
         first = await h.next_generation()
         _raise(first, 3, UCE, at=150.0)
         second = await h.next_generation()
         await _recovered(h, second, count=1)
-        _raise(second, 3, UCE, at=250.0)  # separated: the job restarts (no spare)
+        _raise(second, 3, UCE, at=250.0)  # separated: the job restarts, rank 3 on the spare
         third = await h.next_generation()
         await _recovered(h, third, count=2)
-        assert engine.release("device-3", h.clock.wall()).removed
-        _raise(third, 3, UCE, at=350.0)
+        assert third.workers[3].device == 4
+        third.fault(_exit_fault(0, at=350.0))  # a plain crash: every rank starts again
         fourth = await h.next_generation()
         await _recovered(h, fourth, count=3)
         fourth.succeed()
         result = await bounded(run)
 
-        assert h.controller.device_faults is engine
         assert [record.decision.strategy for record in result.faults] == [
-            policy.Strategy.RETRY, policy.Strategy.EXIT, policy.Strategy.RETRY]
+            policy.Strategy.RETRY, policy.Strategy.EXIT, policy.Strategy.RECOVER_IN_PLACE]
+        assert _moved(h) == [[], [3]]
+        assert [w.device for w in fourth.workers.values()] == [0, 1, 2, 4]
 
     run_scenario(scenario)
 
@@ -308,12 +322,13 @@ def test_a_separated_device_given_back_by_an_operator_is_retried_again(
 # --- a separated device ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("spares", "strategy"), [(1, policy.Strategy.RECOVER),
-                                                  (0, policy.Strategy.EXIT)])
+@pytest.mark.parametrize(("spares", "dp_size", "strategy"), [
+    (1, 2, policy.Strategy.RECOVER), (1, 1, policy.Strategy.EXIT)])
 def test_a_separate_npu_code_is_never_retried_nor_recovered_in_place(
-        store: sqlite.SqliteStore, spares: int, strategy: policy.Strategy) -> None:
+        store: sqlite.SqliteStore, spares: int, dp_size: int, strategy: policy.Strategy
+) -> None:
     async def scenario() -> None:
-        h = _harness(store, spares=spares)
+        h = _harness(store, spares=spares, dp_size=dp_size)
         run = asyncio.create_task(h.controller.run())
 
         first = await h.next_generation()
@@ -333,6 +348,23 @@ def test_a_separate_npu_code_is_never_retried_nor_recovered_in_place(
         assert (graded["device"], graded["level"], graded["reset_policy"],
                 graded["upgrade_reasons"]) == ("device-0", "SeparateNPU", "isolate", [])
         assert not any(name == "recover" and args[2] is False for name, args in h.agent.calls)
+        assert second.workers[0].device == 4, "rank 0 never runs on device-0 again"
+
+    run_scenario(scenario)
+
+
+def test_a_separate_npu_code_without_a_spare_fails_the_job(store: sqlite.SqliteStore) -> None:
+    async def scenario() -> None:
+        h = _harness(store, spares=0)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        _raise(first, 0, SEPARATE, at=150.0)
+        result = await bounded(run)
+
+        assert result.outcome is events.JobOutcome.FAILED
+        assert result.reason.startswith("rank 0 is on an isolated device and 0 spare devices")
+        assert [name for name, _ in h.agent.calls].count("start_generation") == 1
 
     run_scenario(scenario)
 

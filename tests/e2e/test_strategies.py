@@ -93,7 +93,7 @@ def test_recover_moves_the_rank_to_a_spare_with_state_from_a_peer(
 def test_dump_saves_the_failed_rank_from_its_replica_then_restarts(
         run_job: Start, tmp_path: Path, reference: str) -> None:
     job = run(run_job, tmp_path, "--recover-strategy", "dump", "--persist-interval", "600",
-              "--inject", "device-error:1:15")
+              "--spare-devices", "1", "--inject", "device-error:1:15")
     assert decisions(job) == ["dump", "exit"]
     persisted = job.events("checkpoint-persisted")
     assert persisted[0]["step"] == 15, "the dying checkpoint holds the fault's step"

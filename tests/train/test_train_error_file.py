@@ -46,7 +46,7 @@ def test_uncaught_exception_writes_torch_elastics_error_file(
     path = tmp_path / "attempt_0" / "error.json"
     path.parent.mkdir()
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
-    reported: list[str] = []
+    reported: list[BaseException] = []
     error_file.install(reported.append)
     hook = uncaught()
     before = int(time.time())
@@ -65,7 +65,7 @@ def test_uncaught_exception_writes_torch_elastics_error_file(
     timestamp = body["message"]["extraInfo"]["timestamp"]
     assert isinstance(timestamp, str)
     assert before <= int(timestamp) <= int(time.time())
-    assert reported == ["ValueError: loss is nan at step 12"]
+    assert reported == [hook[1]]
     assert previous_hook == [hook]
     # torch elastic's own reader understands the file.
     failure = ProcessFailure(local_rank=0, pid=1234, exitcode=1, error_file=str(path))
@@ -81,14 +81,14 @@ def test_an_existing_error_file_is_kept(
                                                               "timestamp": "1"}}})
     path.write_text(written_by_record)
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
-    reported: list[str] = []
+    reported: list[BaseException] = []
     error_file.install(reported.append)
     hook = uncaught()
 
     sys.excepthook(*hook)
 
     assert path.read_text() == written_by_record
-    assert reported == ["ValueError: loss is nan at step 12"]
+    assert reported == [hook[1]]
     assert previous_hook == [hook]
 
 
@@ -96,11 +96,11 @@ def test_without_an_error_file_only_reports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, previous_hook: list[Hook]) -> None:
     monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
     monkeypatch.chdir(tmp_path)
-    reported: list[str] = []
+    reported: list[BaseException] = []
     error_file.install(reported.append)
     hook = uncaught()
     sys.excepthook(*hook)
-    assert reported == ["ValueError: loss is nan at step 12"]
+    assert reported == [hook[1]]
     assert previous_hook == [hook]
     assert list(tmp_path.iterdir()) == []
 
@@ -109,9 +109,9 @@ def test_an_unwritable_error_file_still_reports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, previous_hook: list[Hook]) -> None:
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "file" / "error.json"))
-    reported: list[str] = []
+    reported: list[BaseException] = []
     error_file.install(reported.append)
     error = KeyError("missing")
     sys.excepthook(KeyError, error, None)
-    assert reported == ["KeyError: 'missing'"]
+    assert reported == [error]
     assert previous_hook == [(KeyError, error, None)]

@@ -38,9 +38,10 @@ class FaultAttribution:
         self._track(self._exited(generation, worker))
 
     def raised(self, generation: workers.Generation, worker: workers.WorkerState,
-               error: str) -> None:
-        """A worker reported an uncaught exception as it began to exit."""
-        self._track(self._raised(generation, worker, error))
+               error: str, *, code: str = "") -> None:
+        """A worker reported an uncaught exception (a device fault: with its ``code``) as it
+        began to exit."""
+        self._track(self._raised(generation, worker, error, code=code))
 
     def left(self, generation: workers.Generation, worker: workers.WorkerState,
              left: messages.LeftGeneration) -> None:
@@ -56,7 +57,7 @@ class FaultAttribution:
         task.add_done_callback(self._reports.discard)
 
     async def _raised(self, generation: workers.Generation, worker: workers.WorkerState,
-                      error: str) -> None:
+                      error: str, *, code: str = "") -> None:
         """The rank's own error: the root cause, unless another rank's death caused it (an
         error that was not injected waits a moment, and yields to a rank that exited)."""
         detected_at = self._clock.monotonic()
@@ -67,6 +68,7 @@ class FaultAttribution:
                 return
         fault = worker.fault(process.ProcessFaultKind.RAISED, detected_at=detected_at,
                              detail=error.strip().splitlines()[-1] if error.strip() else "")
+        fault = dataclasses.replace(fault, code=code)
         left = worker.left
         if left is not None:
             fault = dataclasses.replace(fault, code=left.code, alive=worker.alive,

@@ -106,12 +106,23 @@ class NodeAgent:
 
     # --- generations -------------------------------------------------------------------------
 
-    async def start_generation(self, number: int, *, restart_count: int) -> workers.Generation:
-        """Plan the restore, then start every rank.
+    async def start_generation(self, number: int, *, restart_count: int,
+                               move: Collection[int] = ()) -> workers.Generation:
+        """Plan the restore, then start every rank, the ranks in ``move`` on spare devices
+        (their devices are out of use).
 
         Workers that cannot be started (the standby process is gone and cannot be restarted)
         make the generation's outcome fatal rather than raise.
+
+        Raises:
+            process.RecoveryError: fewer spare devices are left than ranks to move (nothing
+                has been started).
         """
+        if len(move) > self.spares_left:
+            raise process.RecoveryError(
+                f"{self.spares_left} spare devices left for {len(move)} ranks to move")
+        for rank in sorted(move):
+            self._launcher.move_to_spare(rank)
         planning = self._clock.monotonic()
         restore = await self._checkpoints.plan_restore(layout=self._peer_layout())
         plan_seconds = self._clock.monotonic() - planning
@@ -134,9 +145,8 @@ class NodeAgent:
         self.statistics.new_generation()
         self._monitor = asyncio.create_task(self._watchdog.watch(generation), name="watchdog")
 
-    async def _spawn(self, generation: workers.Generation, ranks: Collection[int], *,
-                     on_spare: bool = False) -> None:
-        await self._launcher.spawn(generation, ranks, on_spare=on_spare)
+    async def _spawn(self, generation: workers.Generation, ranks: Collection[int]) -> None:
+        await self._launcher.spawn(generation, ranks)
         for rank in ranks:
             worker = generation.workers[rank]
             if worker.pid is not None:
@@ -193,7 +203,7 @@ class NodeAgent:
             if to_spares:
                 self._launcher.move_to_spare(rank)
             generation.workers[rank] = self._launcher.prepare(generation, rank)
-        await self._spawn(generation, sorted(replace), on_spare=to_spares)
+        await self._spawn(generation, sorted(replace))
         return generation
 
     async def _await_leaving(self, generation: workers.Generation,
@@ -398,9 +408,9 @@ class NodeAgent:
                 self._changed.set()
             case messages.FaultInjected():
                 self._injector.struck(worker, message)
-            case messages.WorkerFailing(error=error):
+            case messages.WorkerFailing(error=error, code=code):
                 if not worker.stopping:
-                    self._attribution.raised(generation, worker, error)
+                    self._attribution.raised(generation, worker, error, code=code)
             case messages.RecoverySupported():
                 worker.in_process = True
             case messages.LeftGeneration(generation=number):

@@ -214,6 +214,7 @@ def _hash(command: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     lifeline.die_with_parent(int(argv[0]))
+    lifeline.leave_stop_signals_to_parent()
     # Not niced: on a host whose cores the workers fill, a niced persister would copy a
     # snapshot out too slowly to beat the worker that reuses its slot two snapshots later.
     for line in sys.stdin:

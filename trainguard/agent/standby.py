@@ -18,8 +18,10 @@ Runs as ``python -m trainguard.agent.standby FD PRELOAD...`` where FD is one end
   ``{"op": "exited", "pid", "returncode"}`` (negative: killed by that signal) for every child.
 
 Workers die with the standby process (PR_SET_PDEATHSIG), and the standby process with the agent.
-This module imports only the standard library (and :mod:`.lifeline`): it must start fast and
-preload nothing by accident.
+A worker's uncaught exception prints without the standby's and runpy's frames, each distinct
+traceback once per job (:mod:`trainguard.tracebacks`, in ``$TRAINGUARD_TRACEBACKS``).
+This module imports only the standard library (and :mod:`.lifeline`,
+:mod:`trainguard.tracebacks`): it must start fast and preload nothing by accident.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 
 import setproctitle
 
+from trainguard import tracebacks
 from trainguard.agent import lifeline
 
 __all__ = ["SpawnRequest", "main", "worker_title"]
@@ -67,8 +70,9 @@ class _Standby:
         signal.set_wakeup_fd(self._wake_write)
         # A Python handler makes SIGCHLD wake the loop through the wakeup fd.
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        # The agent decides when the job stops; a Ctrl-C on the terminal is its to handle.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # The agent decides when the job stops; a Ctrl-C on the terminal, or a SIGTERM to the
+        # whole process group, is its to handle.
+        lifeline.leave_stop_signals_to_parent()
 
     def send(self, body: dict[str, Any]) -> None:
         self._channel.send(json.dumps(body).encode())
@@ -158,6 +162,8 @@ class _Standby:
         self._channel.close()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for signum in lifeline.STOP_SIGNALS:  # a worker gets them as under python script.py
+            signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request.env)
@@ -188,6 +194,7 @@ def _run_worker(request: SpawnRequest) -> None:
         except OSError as error:
             sys.stderr.write(f"trainguard: cannot execute {request.target!r}: {error}\n")
             os._exit(127)
+    tracebacks.install(os.environ.get("TRAINGUARD_TRACEBACKS"))
     if request.mode == "module":
         sys.argv = [request.target, *request.args]
         sys.path[0] = os.getcwd()

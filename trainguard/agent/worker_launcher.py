@@ -2,19 +2,22 @@
 the standby process it is forked from, and the device it gets.
 
 A rank runs on the device of its local rank until it is moved off a failed one (strategy
-recover): it then gets one of the spare devices, numbered after the job's own, and is forked
-from the spare standby process, which stands for the spare node. The device is given to the
-worker as ``TRAINGUARD_DEVICE``.
+recover, or a job-level restart after its device was isolated): it then gets one of the spare
+devices, numbered after the job's own, and is forked from the spare standby process, which
+stands for the spare node. The device is given to the worker as ``TRAINGUARD_DEVICE`` (the job's
+device number) and through the device visibility variables (:mod:`.device_visibility`), so that
+a script that indexes devices by ``LOCAL_RANK`` uses it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterable, Mapping
 
 from trainguard import clock as clocks
-from trainguard.agent import standby_client, worker_output, workers
+from trainguard.agent import device_visibility, standby_client, worker_output, workers
 from trainguard.agent.settings import AgentSettings
 from trainguard.faults import process
 
@@ -36,14 +39,18 @@ class WorkerLauncher:
         self._standby: standby_client.StandbyProcess | None = None
         self._spare_standby: standby_client.StandbyProcess | None = None
         self._devices = {rank: rank for rank in range(settings.nproc_per_node)}
+        self._retired: list[int] = []  # devices ranks were moved off
         self._spares = iter(range(settings.nproc_per_node,
                                   settings.nproc_per_node + settings.spare_devices))
         self.spares_left = settings.spare_devices
         self.agent_address = ""
+        self._tracebacks = settings.run_dir / "tracebacks"
 
     async def start(self, agent_address: str) -> None:
         """Raises: standby_client.StandbyError."""
         self.agent_address = agent_address
+        # Tracebacks are printed once per job (trainguard.tracebacks): forget an earlier run's.
+        shutil.rmtree(self._tracebacks, ignore_errors=True)
         await self._ensure_standby()
         if self.settings.spare_devices:
             self._spare_standby = await self._start_standby("spare standby")
@@ -71,6 +78,7 @@ class WorkerLauncher:
         device = next(self._spares, None)
         if device is None:
             raise process.RecoveryError(f"no spare device left for rank {rank}")
+        self._retired.append(self._devices[rank])
         self._devices[rank] = device
         self.spares_left -= 1
 
@@ -92,18 +100,19 @@ class WorkerLauncher:
             stdout=pump(worker_output.Std.OUT), stderr=pump(worker_output.Std.ERR),
             started_at=self._clock.monotonic(), device=self._devices[rank])
 
-    async def spawn(self, generation: workers.Generation, ranks: Iterable[int], *,
-                    on_spare: bool = False) -> None:
-        """Start the processes of ``ranks`` (prepared in ``generation``). Workers that cannot be
-        started (the standby process is gone and cannot be restarted) make the generation's
-        outcome fatal rather than raise."""
+    async def spawn(self, generation: workers.Generation, ranks: Iterable[int]) -> None:
+        """Start the processes of ``ranks`` (prepared in ``generation``), a rank on a spare
+        device from the spare standby process. Workers that cannot be started (the standby
+        process is gone and cannot be restarted) make the generation's outcome fatal rather
+        than raise."""
         try:
-            standby = self._spare_standby if on_spare else await self._ensure_standby()
-            if standby is None:
-                raise standby_client.StandbyError("the job has no spare standby process")
             for rank in ranks:
+                on_spare = self._devices[rank] >= self.settings.nproc_per_node
+                standby = self._spare_standby if on_spare else await self._ensure_standby()
+                if standby is None:
+                    raise standby_client.StandbyError("the job has no spare standby process")
                 await self._spawn(standby, generation, generation.workers[rank])
-        except standby_client.StandbyError as error:
+        except (standby_client.StandbyError, ValueError) as error:  # ValueError: visibility
             generation.settle(process.GenerationOutcome(
                 process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
 
@@ -119,6 +128,8 @@ class WorkerLauncher:
             error_file=worker.error_file, agent_socket=self.agent_address,
             generation=generation.number)
         env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
+        env["TRAINGUARD_TRACEBACKS"] = str(self._tracebacks)
+        env.update(self.visibility())
         launch = standby_client.WorkerLaunch(
             mode=settings.program.mode, target=settings.program.target,
             args=settings.program.args, env=env, cwd=os.getcwd())
@@ -130,6 +141,17 @@ class WorkerLauncher:
             os.close(stdout)
             os.close(stderr)
         worker.started_at = self._clock.monotonic()
+
+    def visibility(self) -> dict[str, str]:
+        """The device visibility variables every worker gets for the current placement.
+
+        Raises:
+            ValueError: the user's visibility list is shorter than the job's devices.
+        """
+        settings = self.settings
+        return device_visibility.visible_devices(
+            self._base_env, placement=[self._devices[r] for r in range(settings.nproc_per_node)],
+            devices=settings.nproc_per_node + settings.spare_devices, retired=self._retired)
 
     async def close(self) -> None:
         for standby in (self._standby, self._spare_standby):

@@ -23,6 +23,7 @@ WORKER_VARIABLES = frozenset({
     "TRAINGUARD_DEVICE",
     "TRAINGUARD_GENERATION",
     "TRAINGUARD_WORKER_SECRET",
+    "TRAINGUARD_TRACEBACKS",  # where the standby process files distinct tracebacks
     "TRAINGUARD_CHECKPOINT_EVERY",  # read by a Session outside `trainguard run`
 })
 """``TRAINGUARD_*`` variables that are not ``run`` options: trainguard sets them for its workers,

@@ -87,7 +87,15 @@ class AgentHandle(Protocol):
     @property
     def layout(self) -> replicas.ReplicaLayout: ...
 
-    async def start_generation(self, number: int, *, restart_count: int) -> GenerationHandle: ...
+    async def start_generation(self, number: int, *, restart_count: int,
+                               move: Collection[int] = ()) -> GenerationHandle:
+        """Start every rank anew, the ranks in ``move`` on spare devices (the controller found
+        their devices isolated).
+
+        Raises:
+            RecoveryError (of the agent): fewer spare devices are left than ranks to move.
+        """
+        ...
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
                       to_spares: bool) -> GenerationHandle:

@@ -10,17 +10,37 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.controller import api, policy
 from trainguard.faults import device_health, events, process
 from trainguard.faults.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.levels import Level
 from trainguard.store import recorder
 
-__all__ = ["FaultRecord", "JobController", "JobResult"]
+__all__ = ["ISOLATING", "FaultRecord", "JobController", "JobResult"]
 
 logger = logging.getLogger(__name__)
+
+
+ISOLATING = frozenset({Level.SEPARATE_NPU, Level.MANUALLY_SEPARATE_NPU})
+"""Device levels that take a device out of use for the rest of the job: no restart, at any
+level, places a rank on it again (its ranks go to spare devices)."""
+
+
+def _device_name(worker: api.WorkerView) -> str:
+    """The name a worker's device has in the fault engine."""
+    return f"device-{worker.device}"
+
+
+def _failure_signature(fault: process.ProcessFault) -> tuple[object, ...]:
+    """What makes two failures the same: rank, kind, exit status and the error's last line,
+    its numbers blanked (ports, pids and addresses change from start to start)."""
+    lines = fault.error_excerpt.strip().splitlines()
+    error = re.sub(r"\d+", "N", lines[-1]) if lines else fault.detail
+    return (fault.rank, fault.kind, fault.returncode, error)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +89,8 @@ class JobController:
         self.device_faults = device_faults or device_health.FaultEngine()
         """Grades device codes: swapped for one with new configuration at run time."""
         self._graded: dict[tuple[int, int], device_health.DeviceHealth] = {}
+        self._isolated: set[str] = set()
+        """Devices graded at an isolating level: no rank is placed on them again."""
         self._job = job
         self._world_size = world_size
         self._agent = agent
@@ -80,6 +102,8 @@ class JobController:
         self._faults: list[FaultRecord] = []
         self._resume_step = 0
         self._restarts_used = 0
+        self._repeated: tuple[tuple[object, ...] | None, int] = (None, 0)
+        """The last failure that came before any step completed, and how often in a row."""
 
     def request_stop(self, reason: str, *, exit_code: int) -> None:
         """Stop the job gracefully (dying checkpoint), e.g. on SIGINT or SIGTERM."""
@@ -197,6 +221,7 @@ class JobController:
                                         error_excerpt=generation.workers[fault.rank].excerpt())
             self._record(events.FaultDetected.of(job=self._job, generation=generation.number,
                                                  fault=fault))
+            self._count_repeats(generation, fault)
         fault = self._grade(generation, fault)
         others = [self._grade(generation, other) for other in self._others(generation, fault)]
         while True:
@@ -243,8 +268,8 @@ class JobController:
                 continue
             else:
                 await self._agent.stop_workers()
-                formed = await self._agent.start_generation(number,
-                                                         restart_count=self._restarts_used)
+                formed = await self._agent.start_generation(
+                    number, restart_count=self._restarts_used, move=context.isolated)
             self._started(formed)
             return formed, _Recovery(index, strategy, decided_at)
 
@@ -268,9 +293,24 @@ class JobController:
             progressed=generation.completed_step is not None, world_size=self._world_size,
             failed=[*(others or []), fault],
             restarts_left=self.settings.max_restarts - self._restarts_used + spent,
+            repeats=self._repeated[1],
             in_process=all(w.in_process for w in workers),
             alive=[w.rank for w in workers if w.alive],
-            spares_left=self._agent.spares_left, layout=self._agent.layout)
+            spares_left=self._agent.spares_left, layout=self._agent.layout,
+            isolated=[w.rank for w in workers if _device_name(w) in self._isolated])
+
+    def _count_repeats(self, generation: api.GenerationHandle,
+                       fault: process.ProcessFault) -> None:
+        """A failure before any step completed counts one more when it is the last one again.
+        Without a step begun either (a script that reports no steps), only a failure within the
+        crash-loop window of the start counts: a plain script may have trained for hours."""
+        early = fault.detected_at - generation.started_at <= self.settings.crash_loop_window
+        if generation.completed_step is not None or (fault.last_step is None and not early):
+            self._repeated = (None, 0)
+            return
+        last, count = self._repeated
+        same = _failure_signature(fault)
+        self._repeated = (same, count + 1 if same == last else 1)
 
     def _grade(self, generation: api.GenerationHandle, fault: process.ProcessFault
                ) -> process.ProcessFault:
@@ -281,10 +321,12 @@ class JobController:
         key = (generation.number, fault.rank)
         health = self._graded.get(key)
         if health is None:
-            device = f"device-{generation.workers[fault.rank].device}"
+            device = _device_name(generation.workers[fault.rank])
             health = self.device_faults.report(
                 DeviceFaultEvent(device, fault.code, Assertion.ONCE, self._clock.wall()))
             self._graded[key] = health
+            if health.level in ISOLATING:
+                self._isolated.add(device)
             self._record(events.DeviceFaultGraded(
                 job=self._job, generation=generation.number, rank=fault.rank, device=device,
                 code=fault.code, level=str(health.level), reset_policy=str(health.reset_policy),

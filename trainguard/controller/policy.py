@@ -14,13 +14,17 @@ ranks``, ``move to spare``, ``dump``, ``restart job``), and ``--recover-strategy
   replica (the failed device's memory is not trusted).
 * ``dump``: the healthy replicas save the newest state to disk (the failed ranks' from their
   replicas), then ``exit``.
-* ``exit``: job-level restart of every process: the floor, which always works.
+* ``exit``: job-level restart of every process: the floor. Ranks whose device is isolated
+  (SeparateNPU, ManuallySeparateNPU) start on spare devices; without enough spares the job
+  fails (it does not shrink).
 
 The first strategy that is enabled and fits the fault is tried; when it fails or misses its
 deadline, the next that fits after it (the original's fallback chain). Every recovery spends
 one retry of the job's budget (``--max-restarts``, the original's ``fault-retry-times``). When
 every rank fails within a few seconds of a (re)start, before any step completed, the job has a
-problem no restart will fix (a crash loop): it fails at once, with the workers' errors. A rank
+problem no restart will fix (a crash loop): it fails at once, with the workers' errors. So it
+does when the same failure (rank, kind, exit status, error) comes ``crash_loop_repeats`` times
+in a row, each before a step completed (one rank failing at step 0, its peers losing it). A rank
 killed with SIGKILL or found hung is never taken for a crash loop (those come from outside the
 script); nor is a rank whose error says that a peer went away.
 """
@@ -145,6 +149,11 @@ class RecoverySettings:
     crash_loop_window: float = 10.0
     """Seconds after a (re)start within which all ranks failing, before any step completed, is a
     crash loop (>= 0). Covers imports and model setup on a loaded host."""
+    crash_loop_repeats: int = 3
+    """Identical failures in a row, each before any step completed, after which the job fails
+    instead of restarting again (>= 1). One such failure may be chance (a port taken, a file
+    system briefly away) and two a coincidence; a third identical one is the script's own
+    problem, and every further start costs a full start-up and prints the same error."""
     crash_loop_settle: float = 3.0
     """Seconds to wait, after an early failure, for the other ranks to fail too (>= 0)."""
     snapshot_grace: float = 2.0
@@ -162,6 +171,8 @@ class RecoverySettings:
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
             raise ValueError(f"max-restarts must be >= 0, got {self.max_restarts}")
+        if self.crash_loop_repeats < 1:
+            raise ValueError(f"crash-loop-repeats must be >= 1, got {self.crash_loop_repeats}")
         for name in ("crash_loop_window", "crash_loop_settle", "snapshot_grace"):
             if not getattr(self, name) >= 0:  # NaN fails this too
                 flag = name.replace("_", "-")
@@ -186,6 +197,8 @@ class FaultContext:
     alive: Collection[int] = ()  # ranks whose process is still there
     spares_left: int = 0
     layout: replicas.ReplicaLayout | None = None
+    isolated: Collection[int] = ()  # ranks on isolated devices: any restart moves them to spares
+    repeats: int = 1  # this failure, identical and before any step completed, so many in a row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +221,13 @@ def _out_of_use(faults: Sequence[process.ProcessFault]) -> str:
     where = fault.device or f"rank {fault.rank}'s device"
     level = fault.device_level
     return f"{where} is {levels.health(level)} ({level}) after code {fault.code}"
+
+
+def _on_isolated(ranks: Collection[int]) -> str:
+    listed = sorted(ranks)
+    if len(listed) == 1:
+        return f"rank {listed[0]} is on an isolated device"
+    return f"ranks {', '.join(map(str, listed))} are on isolated devices"
 
 
 def _why_not(strategy: Strategy, context: FaultContext) -> str | None:
@@ -248,6 +268,11 @@ def decide(settings: RecoverySettings, context: FaultContext, *,
         return Decision(Strategy.FAIL, (
             f"crash loop: all {context.world_size} ranks failed within "
             f"{context.age:.1f} s of the start, before completing a step; not retried"))
+    if context.repeats >= settings.crash_loop_repeats:
+        return Decision(Strategy.FAIL, (
+            f"crash loop: the same failure {context.repeats} times in a row, each before a step "
+            f"completed (crash-loop-repeats {settings.crash_loop_repeats}); a restart does not "
+            f"fix it; last fault: {context.fault.describe()}"))
     if context.restarts_left <= 0:
         return Decision(Strategy.FAIL, (
             f"retry budget exhausted (max-restarts {settings.max_restarts}); "
@@ -255,6 +280,11 @@ def decide(settings: RecoverySettings, context: FaultContext, *,
     start = CHAIN.index(after) + 1 if after is not None else 0
     passed: dict[str, list[Strategy]] = {}  # why not -> the strategies passed over for it
     for strategy in CHAIN[start:]:
+        if strategy is Strategy.EXIT and len(context.isolated) > context.spares_left:
+            return Decision(Strategy.FAIL, (
+                f"{_on_isolated(context.isolated)} and {context.spares_left} spare devices "
+                "are left (--spare-devices): no restart may place a rank on an isolated "
+                "device, and the job does not shrink; not restarted"))
         reason = _why_not(strategy, context)
         if strategy in settings.recover_strategy and reason is None:
             return Decision(strategy, f"{context.fault.kind} process: {_WHAT[strategy]}"

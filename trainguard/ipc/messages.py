@@ -165,6 +165,7 @@ class WorkerFailing(Message):
     TYPE: ClassVar[str] = "failing"
     error: str
     time: float
+    code: str = ""  # the device fault code when the error is a device fault
 
 
 @dataclasses.dataclass(frozen=True)

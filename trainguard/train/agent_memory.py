@@ -99,7 +99,8 @@ class AgentMemoryBackend:
         except (snapshot.SnapshotError, process_group.ExchangeError) as error:
             raise state_backend.StateError(
                 f"cannot restore from {plan.source}: {error}") from error
-        return state_backend.Loaded(str(plan.source), header.step, tree, plan.note)
+        source = messages.RestoreSource.PEER if received is not None else plan.source
+        return state_backend.Loaded(str(source), header.step, tree, plan.note)
 
     def close(self) -> None:
         for mapped in self._mapped.values():

@@ -2,7 +2,8 @@
 
 The agent reads ``$TORCHELASTIC_ERROR_FILE`` to show a failed worker's error first in the failure
 report. Format (torch elastic's): ``{"message": {"message": "<Type>: <text>", "extraInfo":
-{"py_callstack": "<traceback>", "timestamp": "<epoch seconds>"}}}``. A file that ``@record``
+{"py_callstack": "<traceback>", "timestamp": "<epoch seconds>"}}}``, the traceback without
+trainguard's and runpy's frames. A file that ``@record``
 already wrote is kept. ``on_error`` is then told, before the interpreter's teardown (which can
 take a second with a process group open), so the agent learns of the failure at once.
 """
@@ -13,14 +14,15 @@ import json
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from types import TracebackType
+
+from trainguard import tracebacks
 
 __all__ = ["install"]
 
 
-def install(on_error: Callable[[str], None]) -> None:
+def install(on_error: Callable[[BaseException], None]) -> None:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
     previous = sys.excepthook
 
@@ -30,7 +32,7 @@ def install(on_error: Callable[[str], None]) -> None:
             body = {"message": {
                 "message": f"{kind.__name__}: {error}",
                 "extraInfo": {
-                    "py_callstack": "".join(traceback.format_exception(kind, error, trace)),
+                    "py_callstack": tracebacks.format_exception(kind, error, trace),
                     "timestamp": str(int(time.time())),
                 },
             }}
@@ -39,7 +41,7 @@ def install(on_error: Callable[[str], None]) -> None:
                     json.dump(body, stream)
             except OSError:
                 pass  # the report falls back to the worker's stderr
-        on_error(f"{kind.__name__}: {error}")
+        on_error(error)
         previous(kind, error, trace)
 
     sys.excepthook = write_then_report

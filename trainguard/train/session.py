@@ -221,8 +221,10 @@ class Session:
                 self._rejoin = order
                 self._rejoined.notify_all()
 
-    def _on_uncaught(self, error: str) -> None:
-        self._link.send_now(messages.WorkerFailing(error, time.monotonic()))
+    def _on_uncaught(self, error: BaseException) -> None:
+        code = error.code if isinstance(error, DeviceError) else ""
+        self._link.send_now(messages.WorkerFailing(f"{type(error).__name__}: {error}",
+                                                   time.monotonic(), code))
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         # The agent answers with the step at which every rank stops (StopAt).
@@ -432,6 +434,11 @@ class Session:
                 rng.restore(loaded.tree["rng"])
             step = loaded.step
             self._saved_step = step
+            if loaded.source == messages.RestoreSource.PEER:
+                # State from a peer is in no memory slot of this rank: snapshot it now, or
+                # the step is complete nowhere until this rank's next snapshot (never, when
+                # it was the last step) and a second fault would lose it.
+                self.checkpoint(state, step=step)
         self.restored = RestoreInfo(loaded.source, step, time.perf_counter() - started,
                                     loaded.note)
         self._activity(messages.ActivityKind.RESTORE, False)
