@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from trainguard import clock as clocks
+from trainguard import owner_only
 from trainguard.agent import (
     checkpoint_disk,
     checkpoint_memory,
@@ -117,7 +118,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     if settings.fault_config_dir is not None and not settings.fault_config_dir.is_dir():
         raise LaunchError(f"fault-config-dir: {settings.fault_config_dir} is not a directory")
     run_dir = agent_settings.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)  # the run root may be shared by users
+    owner_only.make_dir(run_dir)
     checkpoint_dir = settings.checkpoint.checkpoint_dir or run_dir / "checkpoints"
     directory = checkpoint_disk.CheckpointDirectory(checkpoint_dir)
     slots = snapshot_slots.SnapshotSlots()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import socket
 from collections.abc import Callable, Collection, Mapping
 
 from trainguard import clock as clocks
+from trainguard import owner_only
 from trainguard.agent import (
     attribution,
     checkpoint_memory,
@@ -99,8 +101,9 @@ class NodeAgent:
 
     async def start(self) -> None:
         await self._ipc.start()
-        (self.settings.run_dir / AGENT_FILE).write_text(json.dumps(
-            {"pid": os.getpid(), "address": self.address, "run_id": self.settings.run_id}))
+        with os.fdopen(owner_only.create(self.settings.run_dir / AGENT_FILE), "w") as agent_file:
+            agent_file.write(json.dumps({"pid": os.getpid(), "address": self.address,
+                                         "run_id": self.settings.run_id}))
         await self._launcher.start(self.address)
         self._checkpoints.start()
 
@@ -351,13 +354,14 @@ class NodeAgent:
     # --- messages from workers (ipc_server.MessageHandler) -----------------------------------
 
     def _worker(self, hello: messages.Hello) -> workers.WorkerState | None:
-        """The worker of the current generation that said ``hello``: the same rank and
-        process (a process carried over from an earlier generation keeps its connection)."""
+        """The worker of the current generation that said ``hello``: the same rank, process
+        and secret (a process carried over from an earlier generation keeps its connection)."""
         generation = self._generation
         if generation is None:
             return None
         worker = generation.workers.get(hello.rank)
-        return worker if worker is not None and worker.pid == hello.pid else None
+        return worker if worker is not None and worker.pid == hello.pid and hmac.compare_digest(
+            worker.secret.encode(), hello.secret.encode()) else None
 
     def worker_connected(self, hello: messages.Hello, writer: asyncio.StreamWriter) -> bool:
         worker = self._worker(hello)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 
 from trainguard import clock as clocks
+from trainguard import owner_only
 from trainguard.agent import standby_client, worker_output, workers
 from trainguard.agent.settings import AgentSettings
 from trainguard.faults import process
+from trainguard.ipc import messages
 
 __all__ = ["WorkerLauncher"]
 
@@ -78,7 +81,7 @@ class WorkerLauncher:
         settings = self.settings
         local_rank = rank  # one node for now: global rank = local rank
         attempt = settings.run_dir / f"attempt_{generation.number}" / str(rank)
-        attempt.mkdir(parents=True, exist_ok=True)
+        owner_only.make_dir(attempt)
         error_file = attempt / "error.json"
         error_file.unlink(missing_ok=True)
 
@@ -119,6 +122,8 @@ class WorkerLauncher:
             error_file=worker.error_file, agent_socket=self.agent_address,
             generation=generation.number)
         env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
+        worker.secret = secrets.token_hex(16)
+        env[messages.WORKER_SECRET_VARIABLE] = worker.secret
         launch = standby_client.WorkerLaunch(
             mode=settings.program.mode, target=settings.program.target,
             args=settings.program.args, env=env, cwd=os.getcwd())

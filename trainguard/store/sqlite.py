@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainguard import owner_only
 from trainguard.store import api
 
 __all__ = ["SqliteStore"]
@@ -49,7 +51,9 @@ class SqliteStore:
                 uri = path.absolute().as_uri() + "?mode=ro"
                 connection = sqlite3.connect(uri, uri=True, timeout=10)
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                owner_only.make_dir(path.parent)
+                # SQLite gives its -wal and -shm files the mode of the database file.
+                os.close(owner_only.create(path, os.O_WRONLY))
                 connection = sqlite3.connect(path, timeout=10)
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute("PRAGMA synchronous=NORMAL")
