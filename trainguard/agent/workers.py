@@ -115,6 +115,7 @@ class WorkerState:
     in_process: bool = False  # it trains under Session.run: it can leave and rejoin generations
     left: messages.LeftGeneration | None = None  # it left the generation and awaits orders
     device: int = 0  # the device it runs on (TRAINGUARD_DEVICE)
+    secret: str = dataclasses.field(default="", repr=False)  # its process's Hello.secret
 
     def carry_over(self) -> None:
         """The process joins the next generation: forget what belonged to the last one."""

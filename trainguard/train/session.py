@@ -143,7 +143,7 @@ class Session:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
             raise SessionError(str(error)) from error
-        self._link.send(messages.Hello(self.rank, self.local_rank, os.getpid(), self.generation))
+        self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
