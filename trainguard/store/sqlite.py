@@ -31,6 +31,20 @@ CREATE TABLE IF NOT EXISTS documents (
 """
 
 
+def _create(path: Path) -> None:
+    """A new store appears with its tables (a reader polling for it never finds it empty), and
+    owner-only: SQLite gives its -wal and -shm files the mode of the database file."""
+    draft = path.with_name(f"{path.name}.new-{os.getpid()}")
+    os.close(owner_only.create(draft))
+    try:
+        with contextlib.closing(sqlite3.connect(draft)) as connection:
+            connection.executescript(_SCHEMA)
+            connection.commit()
+        draft.rename(path)
+    finally:
+        draft.unlink(missing_ok=True)
+
+
 class SqliteStore:
     def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
         self._connection = connection
@@ -52,8 +66,8 @@ class SqliteStore:
                 connection = sqlite3.connect(uri, uri=True, timeout=10)
             else:
                 owner_only.make_dir(path.parent)
-                # SQLite gives its -wal and -shm files the mode of the database file.
-                os.close(owner_only.create(path, os.O_WRONLY))
+                if not path.exists():
+                    _create(path)
                 connection = sqlite3.connect(path, timeout=10)
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute("PRAGMA synchronous=NORMAL")
