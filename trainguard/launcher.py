@@ -34,11 +34,23 @@ from trainguard.faults import device_health, events
 from trainguard.store import api as store_api
 from trainguard.store import recorder, sqlite
 
-__all__ = ["LaunchError", "RunObserver", "RunReport", "RunSettings", "base_environment", "run"]
+__all__ = [
+    "CHECKPOINT_BEHIND_EXIT_CODE",
+    "LaunchError",
+    "RunObserver",
+    "RunReport",
+    "RunSettings",
+    "base_environment",
+    "run",
+]
 
 logger = logging.getLogger(__name__)
 
 STORE_NAME = "state.db"
+CHECKPOINT_BEHIND_EXIT_CODE = 3
+"""The exit code of a job that succeeded while its checkpoint on disk is behind its state in
+memory (the checkpoint directory filled up or turned read-only): the run is not done as far as
+a later resume is concerned. torchrun's codes are kept otherwise: 0 success, 1 failure."""
 
 
 class LaunchError(RuntimeError):
@@ -83,6 +95,14 @@ class RunReport:
     step_seconds: float | None  # median time from one step's start to the next's, rank 0
     snapshot_seconds: float | None  # median time training was blocked per snapshot
     training_seconds: float | None  # first step started -> job ended
+    checkpoint_lag: checkpoint_memory.CheckpointLag | None = None  # the disk is behind memory
+
+    @property
+    def exit_code(self) -> int:
+        """The job's own, unless it succeeded with its checkpoint on disk behind."""
+        if self.result.exit_code == 0 and self.checkpoint_lag is not None:
+            return CHECKPOINT_BEHIND_EXIT_CODE
+        return self.result.exit_code
 
     @property
     def goodput(self) -> float | None:
@@ -178,6 +198,7 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             except standby_client.StandbyError as error:
                 raise LaunchError(f"the standby process did not start: {error}") from error
             result = await controller.run()
+            lag = memory.lag()
         finally:
             progress.cancel()
             watch.cancel()
@@ -189,7 +210,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
         step_seconds=agent.statistics.step_seconds,
         snapshot_seconds=agent.statistics.median_snapshot_seconds,
         training_seconds=(clock.monotonic() - agent.statistics.first_step_at
-                          if agent.statistics.first_step_at is not None else None))
+                          if agent.statistics.first_step_at is not None else None),
+        checkpoint_lag=lag)
 
 
 @contextlib.contextmanager
