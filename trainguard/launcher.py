@@ -24,6 +24,7 @@ from trainguard.agent import (
     checkpoint_memory,
     node_agent,
     persister_client,
+    rendezvous_stores,
     snapshot_slots,
     standby_client,
     step_statistics,
@@ -197,6 +198,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
                 await agent.start()
             except standby_client.StandbyError as error:
                 raise LaunchError(f"the standby process did not start: {error}") from error
+            except rendezvous_stores.RendezvousError as error:
+                raise LaunchError(str(error)) from error
             result = await controller.run()
             lag = memory.lag()
         finally:

@@ -27,6 +27,7 @@ from trainguard.agent import (
     checkpoint_memory,
     fault_injection,
     ipc_server,
+    rendezvous_stores,
     snapshot_slots,
     step_statistics,
     watchdog,
@@ -70,6 +71,8 @@ class NodeAgent:
         self._checkpoints = checkpoints
         self._clock = clock
         self._ipc = ipc_server.IpcServer(self)
+        self._stores = rendezvous_stores.RendezvousStores(address=settings.master_addr,
+                                                          env=base_env)
         self._launcher = worker_launcher.WorkerLauncher(
             settings, base_env=base_env, clock=clock,
             startup_timeout=detector.settings.startup_timeout, on_exit=self._on_exit,
@@ -104,7 +107,7 @@ class NodeAgent:
         with os.fdopen(owner_only.create(self.settings.run_dir / AGENT_FILE), "w") as agent_file:
             agent_file.write(json.dumps({"pid": os.getpid(), "address": self.address,
                                          "run_id": self.settings.run_id}))
-        await self._launcher.start(self.address)
+        await asyncio.gather(self._launcher.start(self.address), self._stores.start())
         self._checkpoints.start()
 
     # --- generations -------------------------------------------------------------------------
@@ -134,6 +137,11 @@ class NodeAgent:
         """Make ``generation`` the current one, watched from now on."""
         await self._stop_monitor()
         self._generation = generation
+        try:
+            await self._stores.host(generation.master_port)
+        except rendezvous_stores.RendezvousError as error:
+            generation.settle(process.GenerationOutcome(process.OutcomeKind.FATAL,
+                                                        detail=str(error)))
         self.statistics.new_generation()
         self._monitor = asyncio.create_task(self._watchdog.watch(generation), name="watchdog")
 
@@ -474,6 +482,7 @@ class NodeAgent:
         if generation is not None and any(w.alive for w in generation.workers.values()):
             await self.stop_workers()
         await self._launcher.close()
+        await self._stores.close()
         await self._ipc.close()
         await self._checkpoints.close()
         (self.settings.run_dir / AGENT_FILE).unlink(missing_ok=True)

@@ -68,7 +68,7 @@ def worker_environment(
         "TORCHELASTIC_RESTART_COUNT": str(restart_count),
         "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
         "TORCHELASTIC_RUN_ID": run_id,
-        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",  # the agent hosts the store: rendezvous_stores
         "TORCHELASTIC_ERROR_FILE": str(error_file),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         "TRAINGUARD_AGENT_SOCKET": agent_socket,
