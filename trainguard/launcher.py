@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Protocol
 
 from trainguard import clock as clocks
+from trainguard import owner_only
 from trainguard.agent import (
     checkpoint_memory,
     node_agent,
     persister_client,
+    rendezvous_stores,
     snapshot_slots,
     standby_client,
     step_statistics,
@@ -34,12 +36,24 @@ from trainguard.store import api as store_api
 from trainguard.store import recorder, sqlite
 from trainguard.telemetry import live, metrics
 
-__all__ = ["LaunchError", "RunObserver", "RunReport", "RunSettings", "base_environment", "run"]
+__all__ = [
+    "CHECKPOINT_BEHIND_EXIT_CODE",
+    "LaunchError",
+    "RunObserver",
+    "RunReport",
+    "RunSettings",
+    "base_environment",
+    "run",
+]
 
 logger = logging.getLogger(__name__)
 
 STORE_NAME = "state.db"
 LIVE_INTERVAL = 1.0  # seconds between updates of the live document and the metrics' rank view
+CHECKPOINT_BEHIND_EXIT_CODE = 3
+"""The exit code of a job that succeeded while its checkpoint on disk is behind its state in
+memory (the checkpoint directory filled up or turned read-only): the run is not done as far as
+a later resume is concerned. torchrun's codes are kept otherwise: 0 success, 1 failure."""
 
 
 class LaunchError(RuntimeError):
@@ -97,6 +111,14 @@ class RunReport:
     step_seconds: float | None  # median time from one step's start to the next's, rank 0
     snapshot_seconds: float | None  # median time training was blocked per snapshot
     training_seconds: float | None  # first step started -> job ended
+    checkpoint_lag: checkpoint_memory.CheckpointLag | None = None  # the disk is behind memory
+
+    @property
+    def exit_code(self) -> int:
+        """The job's own, unless it succeeded with its checkpoint on disk behind."""
+        if self.result.exit_code == 0 and self.checkpoint_lag is not None:
+            return CHECKPOINT_BEHIND_EXIT_CODE
+        return self.result.exit_code
 
     @property
     def goodput(self) -> float | None:
@@ -133,7 +155,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     if settings.fault_config_dir is not None and not settings.fault_config_dir.is_dir():
         raise LaunchError(f"fault-config-dir: {settings.fault_config_dir} is not a directory")
     run_dir = agent_settings.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)  # the run root may be shared by users
+    owner_only.make_dir(run_dir)
     checkpoint_dir = settings.checkpoint.checkpoint_dir or run_dir / "checkpoints"
     directory = checkpoint_layout.CheckpointDirectory(checkpoint_dir)
     slots = snapshot_slots.SnapshotSlots()
@@ -205,7 +228,10 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
                 await agent.start()
             except standby_client.StandbyError as error:
                 raise LaunchError(f"the standby process did not start: {error}") from error
+            except rendezvous_stores.RendezvousError as error:
+                raise LaunchError(str(error)) from error
             result = await controller.run()
+            lag = memory.lag()
         finally:
             progress.cancel()
             watch.cancel()
@@ -221,7 +247,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
         step_seconds=agent.statistics.step_seconds,
         snapshot_seconds=agent.statistics.median_snapshot_seconds,
         training_seconds=(clock.monotonic() - agent.statistics.first_step_at
-                          if agent.statistics.first_step_at is not None else None))
+                          if agent.statistics.first_step_at is not None else None),
+        checkpoint_lag=lag)
 
 
 @contextlib.contextmanager

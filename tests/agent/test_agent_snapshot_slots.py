@@ -262,3 +262,9 @@ def test_close_releases_every_slot() -> None:
 
 def test_available_memory_is_positive() -> None:
     assert snapshot_slots.available_memory() > 0
+
+
+def test_a_slot_is_owner_only(slots: SnapshotSlots) -> None:
+    """A memfd is born 0777; another user must not map a rank's state."""
+    path, _ = slots.grant(0, 0, 10_000)
+    assert os.stat(path).st_mode & 0o777 == 0o600

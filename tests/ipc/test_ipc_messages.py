@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from trainguard.ipc import messages
 
 EVERY_MESSAGE: list[messages.Message] = [
-    messages.Hello(rank=3, local_rank=1, pid=4242, generation=2),
+    messages.Hello(rank=3, local_rank=1, pid=4242, generation=2, secret="3f2a"),
     messages.StepMark(step=17, phase=messages.StepPhase.BEGIN, time=12.5),
     messages.StepMark(step=17, phase=messages.StepPhase.END, time=12.75),
     messages.Activity(kind=messages.ActivityKind.CHECKPOINT, active=True, time=3.25),

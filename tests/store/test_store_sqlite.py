@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,3 +240,18 @@ def test_read_only_open_works_for_paths_with_uri_characters(tmp_path: Path,
     finally:
         reader.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # a reader creates no files
+
+
+def test_the_store_and_its_journal_files_are_owner_only(store_path: Path) -> None:
+    previous = os.umask(0)  # nothing but the store's own modes
+    try:
+        opened = sqlite.SqliteStore.open(store_path)
+        opened.append_event("probe", {}, time=T0)
+    finally:
+        os.umask(previous)
+    try:
+        modes = {path.name: path.stat().st_mode & 0o777 for path in store_path.parent.iterdir()}
+    finally:
+        opened.close()
+    assert modes == {"state.db": 0o600, "state.db-wal": 0o600, "state.db-shm": 0o600}
+    assert store_path.parent.stat().st_mode & 0o777 == 0o700

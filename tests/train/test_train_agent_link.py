@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import uuid
@@ -101,7 +102,7 @@ def test_orders_reach_the_session(agent: FakeAgent) -> None:
 
     link = agent_link.AgentLink(agent.address, on_order=take)
     agent.wait_for(0)
-    link.send(messages.Hello(0, 0, 1, 0))
+    link.hello(rank=0, local_rank=0, generation=0)
     agent.wait_for(1)
     assert agent.connection is not None
     agent.connection.sendall(messages.encode(messages.StopAt(7)))
@@ -124,10 +125,21 @@ def test_nothing_listening_is_a_clear_error() -> None:
 
 def test_sending_after_the_agent_left_does_not_block_or_raise(agent: FakeAgent) -> None:
     link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
-    link.send(messages.Hello(0, 0, 1, 0))
+    link.hello(rank=0, local_rank=0, generation=0)
     agent.wait_for(1)
     agent.close()
     for step in range(10000):
         link.send(messages.StepMark(step, messages.StepPhase.BEGIN, 0.0))
     with contextlib.suppress(agent_link.AgentLinkError):
         link.close(timeout=5)
+
+
+def test_the_hello_names_this_process_and_carries_the_secret_from_the_environment(
+        agent: FakeAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(messages.WORKER_SECRET_VARIABLE, "the-secret")
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    link.hello(rank=2, local_rank=1, generation=3)
+    [hello] = agent.wait_for(1)
+    assert hello == messages.Hello(2, 1, os.getpid(), 3, "the-secret")
+    assert "the-secret" not in repr(hello)
+    link.close()

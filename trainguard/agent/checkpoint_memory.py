@@ -6,6 +6,10 @@ step is checksummed and, every ``persist_interval`` seconds, persisted to disk b
 process; training never waits for either. After a fault, :meth:`CheckpointMemory.plan_restore`
 picks the newest complete step that is intact in memory, else the newest complete checkpoint on
 disk that verifies, and says why each newer candidate was skipped.
+
+A checkpoint directory that fills up or turns read-only does not stop training: the failure is
+warned about once, with the free space, until a write succeeds again, and :meth:`lag` tells the
+end of the run how far the disk is behind memory.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import shutil
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -23,7 +28,7 @@ from trainguard.agent import persister_client, snapshot_slots
 from trainguard.faults import events, replicas
 from trainguard.ipc import checkpoint_layout, messages
 
-__all__ = ["CheckpointMemory", "CheckpointSettings", "RestoreChoice"]
+__all__ = ["CheckpointLag", "CheckpointMemory", "CheckpointSettings", "RestoreChoice"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +77,20 @@ class RestoreChoice:
         return sorted(receiver for receiver, donor in self.peers.items() if donor == rank)
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckpointLag:
+    """The newest complete snapshot in memory is newer than the newest checkpoint on disk."""
+
+    memory_step: int
+    disk_step: int | None  # None: this run has no checkpoint on disk
+    error: str  # why the last write failed; empty when none failed (it was not yet due)
+
+    @property
+    def steps(self) -> int:
+        """Steps a run resuming from disk would redo."""
+        return self.memory_step - (self.disk_step or 0)
+
+
 class CheckpointMemory:
     def __init__(
         self,
@@ -100,6 +119,7 @@ class CheckpointMemory:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = asyncio.Lock()
+        self._failing: str | None = None  # the error of the writes failing since the last success
 
     # --- what workers ask for ----------------------------------------------------------------
 
@@ -155,6 +175,14 @@ class CheckpointMemory:
     @property
     def persisted_step(self) -> int:
         return self._persisted_step
+
+    def lag(self) -> CheckpointLag | None:
+        """How far the disk is behind memory; None when it holds the newest complete step."""
+        newest = self.newest_complete()
+        if newest is None or newest[0] <= self._persisted_step:
+            return None
+        return CheckpointLag(memory_step=newest[0], error=self._failing or "",
+                             disk_step=self._persisted_step if self._persisted_step >= 0 else None)
 
     # --- background persistence --------------------------------------------------------------
 
@@ -217,8 +245,10 @@ class CheckpointMemory:
                     return False
                 if reply["op"] == "persisted":
                     return True
-                if not reply.get("overwritten") or attempt == _PERSIST_ATTEMPTS:
-                    logger.warning("persisting step %d failed: %s", newest[0], reply["error"])
+                if not reply.get("overwritten"):
+                    return False  # _persist reported it
+                if attempt == _PERSIST_ATTEMPTS:
+                    self._failed(newest[0], str(reply["error"]))
                     return False
             return False
 
@@ -248,14 +278,35 @@ class CheckpointMemory:
         try:
             reply = await self._persister.call(command)
         except persister_client.PersisterLostError as error:
-            logger.warning("persisting step %d failed: %s", step, error)
+            self._failed(step, str(error))
             return None
         if reply["op"] == "persisted":
+            if self._failing is not None:
+                logger.warning("checkpoint of step %d written: the checkpoint directory %s "
+                               "works again", step, self.directory.root)
+                self._failing = None
             self._persisted_step = step
             self._record(events.CheckpointPersisted(
                 job=self._job, step=step, path=str(reply["path"]), nbytes=int(reply["nbytes"]),
                 seconds=float(reply["seconds"])))
+        elif not reply.get("overwritten"):
+            self._failed(step, str(reply["error"]))
         return reply
+
+    def _failed(self, step: int, error: str) -> None:
+        """Warn of a failed write once, until one succeeds: a full disk fails every write."""
+        if self._failing is None:
+            try:
+                free = f"{shutil.disk_usage(self.directory.root).free / 2**20:.1f} MiB free"
+            except OSError as unknown:
+                free = f"free space unknown: {unknown}"
+            logger.warning("persisting step %d failed: %s (checkpoint directory %s, %s); "
+                           "training goes on from memory, and later failures are not reported "
+                           "until a checkpoint is written again", step, error,
+                           self.directory.root, free)
+        else:
+            logger.debug("persisting step %d failed: %s", step, error)
+        self._failing = error
 
     # --- restore -----------------------------------------------------------------------------
 

@@ -34,9 +34,12 @@ def inject_fault(run_dir: Path, *, rank: int, kind: messages.InjectionKind,
             connection.settimeout(timeout)
             connection.connect(messages.socket_name(str(agent["address"])))
             connection.sendall(messages.encode(request))
-            reply = messages.decode(connection.makefile("rb").readline())
-    except OSError as error:
+            line = connection.makefile("rb").readline()
+        reply = messages.decode(line) if line else None
+    except (OSError, messages.MessageError) as error:
         raise ControlError(f"the job in {run_dir} does not answer: {error}") from error
+    if reply is None:
+        raise ControlError(f"the job in {run_dir} closed the connection without an answer")
     if not isinstance(reply, messages.ControlReply) or not reply.ok:
         raise ControlError(getattr(reply, "detail", f"unexpected answer {reply!r}"))
     return reply.detail

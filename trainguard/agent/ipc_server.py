@@ -2,6 +2,12 @@
 
 An abstract Unix socket (Linux): it has no file to clean up and no path-length limit to hit in
 deep run directories. Its address is written ``@name`` in the environment and in ``agent.json``.
+
+An abstract socket has no file permissions: anyone on the host who learns its name can connect.
+So every connection is checked with the kernel's word on its peer (``SO_PEERCRED``): only the
+job's own user and root are answered, and a worker's hello must come from the process it names.
+The handler then checks the hello's per-worker secret, which a process of the same user cannot
+guess either.
 """
 
 from __future__ import annotations
@@ -11,16 +17,37 @@ import contextlib
 import logging
 import os
 import socket
+import struct
 import uuid
 from typing import Protocol
 
 from trainguard.ipc import messages
 
-__all__ = ["IpcServer", "MessageHandler"]
+__all__ = ["IpcServer", "MessageHandler", "refusal"]
 
 logger = logging.getLogger(__name__)
 
 _LINE_LIMIT = 1 << 20
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def _peer(writer: asyncio.StreamWriter) -> tuple[int, int]:
+    """The connected process's pid and uid, as the kernel saw them at ``connect``."""
+    connection = writer.get_extra_info("socket")
+    pid, uid, _ = _CREDENTIALS.unpack(connection.getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))
+    return pid, uid
+
+
+def refusal(first: messages.Message, *, pid: int, uid: int) -> str | None:
+    """Why a connection from process ``pid`` of user ``uid`` that opened with ``first`` is
+    refused; None when it may go on."""
+    own = os.geteuid()
+    if uid not in (own, 0):
+        return f"uid {uid} is neither the job's user (uid {own}) nor root"
+    if isinstance(first, messages.Hello) and first.pid != pid:
+        return f"its hello claims pid {first.pid}"
+    return None
 
 
 class MessageHandler(Protocol):
@@ -55,11 +82,15 @@ class IpcServer:
         assert task is not None
         self._connections.add(task)
         try:
+            pid, uid = _peer(writer)
             line = await reader.readline()
             if not line:
                 return
             first = messages.decode(line)
-            if isinstance(first, messages.Hello):
+            refused = refusal(first, pid=pid, uid=uid)
+            if refused is not None:
+                await self._refuse(first, refused, writer, pid=pid)
+            elif isinstance(first, messages.Hello):
                 await self._serve_worker(first, reader, writer)
             else:
                 await self._serve_control(first, reader, writer)
@@ -71,9 +102,22 @@ class IpcServer:
             self._connections.discard(task)
             writer.close()
 
+    @staticmethod
+    async def _refuse(first: messages.Message, reason: str, writer: asyncio.StreamWriter, *,
+                      pid: int) -> None:
+        logger.warning("refused a connection from pid %s: %s", pid, reason)
+        request_id = getattr(first, "request_id", None)
+        if isinstance(request_id, int):
+            writer.write(messages.encode(messages.ControlReply(
+                request_id=request_id, ok=False, detail=f"the agent refused: {reason}")))
+            await writer.drain()
+
     async def _serve_worker(self, hello: messages.Hello, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> None:
         if not self._handler.worker_connected(hello, writer):
+            logger.warning("refused the hello of pid %s (rank %s, generation %s): not a worker "
+                           "of the current generation, or without its secret", hello.pid,
+                           hello.rank, hello.generation)
             return
         try:
             while line := await reader.readline():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import os
@@ -20,11 +21,13 @@ import socket
 from collections.abc import Callable, Collection, Mapping
 
 from trainguard import clock as clocks
+from trainguard import owner_only
 from trainguard.agent import (
     attribution,
     checkpoint_memory,
     fault_injection,
     ipc_server,
+    rendezvous_stores,
     snapshot_slots,
     step_statistics,
     watchdog,
@@ -68,6 +71,8 @@ class NodeAgent:
         self._checkpoints = checkpoints
         self._clock = clock
         self._ipc = ipc_server.IpcServer(self)
+        self._stores = rendezvous_stores.RendezvousStores(address=settings.master_addr,
+                                                          env=base_env)
         self._launcher = worker_launcher.WorkerLauncher(
             settings, base_env=base_env, clock=clock,
             startup_timeout=detector.settings.startup_timeout, on_exit=self._on_exit,
@@ -99,9 +104,10 @@ class NodeAgent:
 
     async def start(self) -> None:
         await self._ipc.start()
-        (self.settings.run_dir / AGENT_FILE).write_text(json.dumps(
-            {"pid": os.getpid(), "address": self.address, "run_id": self.settings.run_id}))
-        await self._launcher.start(self.address)
+        with os.fdopen(owner_only.create(self.settings.run_dir / AGENT_FILE), "w") as agent_file:
+            agent_file.write(json.dumps({"pid": os.getpid(), "address": self.address,
+                                         "run_id": self.settings.run_id}))
+        await asyncio.gather(self._launcher.start(self.address), self._stores.start())
         self._checkpoints.start()
 
     # --- generations -------------------------------------------------------------------------
@@ -142,6 +148,11 @@ class NodeAgent:
         """Make ``generation`` the current one, watched from now on."""
         await self._stop_monitor()
         self._generation = generation
+        try:
+            await self._stores.host(generation.master_port)
+        except rendezvous_stores.RendezvousError as error:
+            generation.settle(process.GenerationOutcome(process.OutcomeKind.FATAL,
+                                                        detail=str(error)))
         self.statistics.new_generation()
         self._monitor = asyncio.create_task(self._watchdog.watch(generation), name="watchdog")
 
@@ -361,13 +372,14 @@ class NodeAgent:
     # --- messages from workers (ipc_server.MessageHandler) -----------------------------------
 
     def _worker(self, hello: messages.Hello) -> workers.WorkerState | None:
-        """The worker of the current generation that said ``hello``: the same rank and
-        process (a process carried over from an earlier generation keeps its connection)."""
+        """The worker of the current generation that said ``hello``: the same rank, process
+        and secret (a process carried over from an earlier generation keeps its connection)."""
         generation = self._generation
         if generation is None:
             return None
         worker = generation.workers.get(hello.rank)
-        return worker if worker is not None and worker.pid == hello.pid else None
+        return worker if worker is not None and worker.pid == hello.pid and hmac.compare_digest(
+            worker.secret.encode(), hello.secret.encode()) else None
 
     def worker_connected(self, hello: messages.Hello, writer: asyncio.StreamWriter) -> bool:
         worker = self._worker(hello)
@@ -491,6 +503,7 @@ class NodeAgent:
         if generation is not None and any(w.alive for w in generation.workers.values()):
             await self.stop_workers()
         await self._launcher.close()
+        await self._stores.close()
         await self._ipc.close()
         await self._checkpoints.close()
         (self.settings.run_dir / AGENT_FILE).unlink(missing_ok=True)

@@ -33,6 +33,7 @@ import psutil
 import xxhash
 
 from trainguard import clock as clocks
+from trainguard import owner_only
 from trainguard.agent import lifeline
 from trainguard.ipc import checkpoint_layout, snapshot_layout
 
@@ -120,7 +121,7 @@ def _write_shard(data: memoryview, header: snapshot_layout.SnapshotHeader, targe
     """Write one rank's snapshot durably under ``target``; returns its checksum."""
     temporary = target.with_name(target.name + ".tmp")
     digest = xxhash.xxh3_64()
-    with temporary.open("wb") as stream:
+    with os.fdopen(owner_only.create(temporary), "wb") as stream:
         stream.write(bytes(snapshot_layout.HEADER_SIZE))  # the header goes in last, with checksum
         for start in range(snapshot_layout.HEADER_SIZE, header.end, _CHUNK):
             chunk = data[start : min(start + _CHUNK, header.end)]
@@ -167,7 +168,7 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
         for slot in slots:
             sources.append(slot.memory[: slot.header.end] if private else slot.memory)
             slot.check()
-        target.mkdir(parents=True, exist_ok=True)
+        owner_only.make_dir(target)
         for rank, slot, data in zip(ranks, slots, sources, strict=True):
             name = checkpoint_layout.shard_name(rank)
             checksum = _write_shard(memoryview(data), slot.header, target / name, throttle)

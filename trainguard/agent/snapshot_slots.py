@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from trainguard import owner_only
 from trainguard.ipc import snapshot_layout
 
 __all__ = [
@@ -107,6 +108,7 @@ class SnapshotSlots:
                 "free memory, checkpoint a smaller state, or run fewer ranks per host")
         descriptor = os.memfd_create(f"trainguard-rank{rank}-slot{slot}", os.MFD_CLOEXEC)
         try:
+            os.fchmod(descriptor, owner_only.FILE_MODE)  # a memfd is born 0777
             os.posix_fallocate(descriptor, 0, capacity)
         except OSError as error:
             os.close(descriptor)

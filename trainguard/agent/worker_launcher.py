@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 
 from trainguard import clock as clocks
+from trainguard import owner_only
 from trainguard.agent import device_visibility, standby_client, worker_output, workers
 from trainguard.agent.settings import AgentSettings
 from trainguard.faults import process
+from trainguard.ipc import messages
 
 __all__ = ["WorkerLauncher"]
 
@@ -86,7 +89,7 @@ class WorkerLauncher:
         settings = self.settings
         local_rank = rank  # one node for now: global rank = local rank
         attempt = settings.run_dir / f"attempt_{generation.number}" / str(rank)
-        attempt.mkdir(parents=True, exist_ok=True)
+        owner_only.make_dir(attempt)
         error_file = attempt / "error.json"
         error_file.unlink(missing_ok=True)
 
@@ -130,6 +133,8 @@ class WorkerLauncher:
         env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
         env["TRAINGUARD_TRACEBACKS"] = str(self._tracebacks)
         env.update(self.visibility())
+        worker.secret = secrets.token_hex(16)
+        env[messages.WORKER_SECRET_VARIABLE] = worker.secret
         launch = standby_client.WorkerLaunch(
             mode=settings.program.mode, target=settings.program.target,
             args=settings.program.args, env=env, cwd=os.getcwd())

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
+from trainguard import owner_only
+
 __all__ = ["OutputSettings", "Std", "StreamPump", "parse_std"]
 
 _TAIL_BYTES = 16 * 1024
@@ -92,8 +94,8 @@ class StreamPump(asyncio.Protocol):
         self._console = console
         self._file: BinaryIO | None = None
         if log_file is not None:
-            log_file.parent.mkdir(parents=True, exist_ok=True)
-            self._file = log_file.open("ab")
+            owner_only.make_dir(log_file.parent)
+            self._file = os.fdopen(owner_only.create(log_file, os.O_WRONLY | os.O_APPEND), "ab")
         self._prefix = prefix.encode()
         self._partial = b""
         self._tail: collections.deque[bytes] = collections.deque()

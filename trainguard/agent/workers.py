@@ -68,7 +68,7 @@ def worker_environment(
         "TORCHELASTIC_RESTART_COUNT": str(restart_count),
         "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
         "TORCHELASTIC_RUN_ID": run_id,
-        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",  # the agent hosts the store: rendezvous_stores
         "TORCHELASTIC_ERROR_FILE": str(error_file),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         "TRAINGUARD_AGENT_SOCKET": agent_socket,
@@ -115,6 +115,7 @@ class WorkerState:
     in_process: bool = False  # it trains under Session.run: it can leave and rejoin generations
     left: messages.LeftGeneration | None = None  # it left the generation and awaits orders
     device: int = 0  # the device it runs on (TRAINGUARD_DEVICE)
+    secret: str = dataclasses.field(default="", repr=False)  # its process's Hello.secret
 
     def carry_over(self) -> None:
         """The process joins the next generation: forget what belonged to the last one."""

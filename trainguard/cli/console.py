@@ -152,6 +152,20 @@ def render_summary(report: RunReport, console: Console) -> None:
         totals.add_row("goodput", f"{report.goodput:.1%}")
     totals.add_row("events", f"trainguard events --run-dir {report.run_dir}")
     console.print(totals)
+    _render_checkpoint_lag(report, console)
     if result.errors:
         console.print("[bold red]Worker errors (root cause first):[/bold red]")
         console.print(result.errors, markup=False, highlight=False)
+
+
+def _render_checkpoint_lag(report: RunReport, console: Console) -> None:
+    """Say that a resume from disk would redo steps: the checkpoint directory let us down."""
+    lag = report.checkpoint_lag
+    if lag is None:
+        return
+    disk = "no checkpoint" if lag.disk_step is None else f"the newest is step {lag.disk_step}"
+    why = f" (writing failed: {lag.error})" if lag.error else ""
+    console.print(
+        f"checkpoint on disk is {lag.steps} steps behind: {disk}, memory reached step "
+        f"{lag.memory_step}{why}; checkpoints: {report.checkpoint_dir}; exit code "
+        f"{report.exit_code}", style="bold red", markup=False, highlight=False, soft_wrap=True)

@@ -417,4 +417,4 @@ def main(argv: Sequence[str]) -> int:
                                soft_wrap=True)
         return 1
     console_output.render_summary(report, Console(stderr=True))
-    return report.result.exit_code
+    return report.exit_code

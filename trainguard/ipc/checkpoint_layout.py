@@ -31,6 +31,7 @@ from typing import Any
 
 import xxhash
 
+from trainguard import owner_only
 from trainguard.ipc import snapshot_layout
 
 __all__ = [
@@ -134,8 +135,8 @@ class CheckpointDirectory:
         """Raises: CheckpointError naming the directory and the system's reason."""
         probe = self.root / f".write-probe-{uuid.uuid4().hex}"
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            probe.write_bytes(b"")
+            owner_only.make_dir(self.root)
+            os.close(owner_only.create(probe))
             probe.unlink()
         except OSError as error:
             raise CheckpointError(
@@ -234,7 +235,7 @@ class CheckpointDirectory:
     def commit_manifest(self, directory: Path, manifest: Manifest) -> None:
         """Write the manifest by atomic rename and make the directory entry durable."""
         temporary = directory / (MANIFEST_NAME + ".tmp")
-        with temporary.open("w") as stream:
+        with os.fdopen(owner_only.create(temporary), "w") as stream:
             stream.write(manifest.to_json())
             stream.flush()
             os.fsync(stream.fileno())

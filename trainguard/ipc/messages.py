@@ -20,6 +20,7 @@ import typing
 from typing import Any, ClassVar, Union
 
 __all__ = [
+    "WORKER_SECRET_VARIABLE",
     "Abort",
     "Activity",
     "ActivityKind",
@@ -51,6 +52,10 @@ __all__ = [
     "encode",
     "socket_name",
 ]
+
+WORKER_SECRET_VARIABLE = "TRAINGUARD_WORKER_SECRET"
+"""The environment variable that hands a worker process its :attr:`Hello.secret`: the
+environment, unlike the command line, is visible only to the same user and root."""
 
 
 def socket_name(address: str) -> str:
@@ -110,11 +115,16 @@ class Message:
 
 @dataclasses.dataclass(frozen=True)
 class Hello(Message):
+    """The first line of a worker's connection. ``secret`` is the one the agent gave this worker
+    process (``TRAINGUARD_WORKER_SECRET``): without it a hello naming a rank and a pid read from
+    ``ps`` would pass for the worker. It is never shown (repr) or logged."""
+
     TYPE: ClassVar[str] = "hello"
     rank: int
     local_rank: int
     pid: int
     generation: int
+    secret: str = dataclasses.field(default="", repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

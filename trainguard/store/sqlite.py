@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainguard import owner_only
 from trainguard.store import api
 
 __all__ = ["SqliteStore"]
@@ -27,6 +29,20 @@ CREATE TABLE IF NOT EXISTS documents (
     name TEXT PRIMARY KEY, data TEXT NOT NULL, revision INTEGER NOT NULL, updated TEXT NOT NULL
 );
 """
+
+
+def _create(path: Path) -> None:
+    """A new store appears with its tables (a reader polling for it never finds it empty), and
+    owner-only: SQLite gives its -wal and -shm files the mode of the database file."""
+    draft = path.with_name(f"{path.name}.new-{os.getpid()}")
+    os.close(owner_only.create(draft))
+    try:
+        with contextlib.closing(sqlite3.connect(draft)) as connection:
+            connection.executescript(_SCHEMA)
+            connection.commit()
+        draft.rename(path)
+    finally:
+        draft.unlink(missing_ok=True)
 
 
 class SqliteStore:
@@ -49,7 +65,9 @@ class SqliteStore:
                 uri = path.absolute().as_uri() + "?mode=ro"
                 connection = sqlite3.connect(uri, uri=True, timeout=10)
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                owner_only.make_dir(path.parent)
+                if not path.exists():
+                    _create(path)
                 connection = sqlite3.connect(path, timeout=10)
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute("PRAGMA synchronous=NORMAL")

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import os
 import queue
 import socket
 import threading
@@ -64,6 +65,11 @@ class AgentLink:
                                         daemon=True)
         self._sender.start()
         self._reader.start()
+
+    def hello(self, *, rank: int, local_rank: int, generation: int) -> None:
+        """Say who this process is, with the secret its agent gave it in the environment."""
+        self.send(messages.Hello(rank, local_rank, os.getpid(), generation,
+                                 os.environ.get(messages.WORKER_SECRET_VARIABLE, "")))
 
     def send(self, message: messages.Message) -> None:
         """Send a message without blocking; queue it if it cannot leave at once, in order."""

@@ -25,8 +25,8 @@ class ExchangeError(RuntimeError):
 
 
 def await_store(aborting: threading.Event, *, timeout: float = 60.0) -> None:
-    """Until rank 0's rendezvous store accepts connections (rank 0 creates it), ``aborting``
-    is set, or ``timeout`` seconds.
+    """Until the generation's rendezvous store accepts connections (the agent hosts it:
+    :mod:`.rendezvous_host`), ``aborting`` is set, or ``timeout`` seconds.
 
     A rank that reaches ``init_process_group`` before the store exists retries with a backoff
     that grows to about a second; polling here first lets it connect at once.

@@ -175,7 +175,7 @@ class Session:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
             raise SessionError(str(error)) from error
-        self._link.send(messages.Hello(self.rank, self.local_rank, os.getpid(), self.generation))
+        self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         self._state = agent_memory.AgentMemoryBackend(
             self._link, rank=self.rank, world_size=self.world_size,
             request_timeout=request_timeout)

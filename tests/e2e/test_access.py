@@ -1,0 +1,184 @@
+"""End to end: only the job's own user (and root) may act on its agent or read its files.
+
+The attacks run for real as a second local user (created here, so these tests need root). That
+user runs the system's ``python3``: the job's interpreter may live where it cannot enter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.e2e.jobs import SCRIPTS, Job
+
+pytestmark = pytest.mark.e2e
+
+SESSION_JOB = str(SCRIPTS / "session_job.py")
+OTHER_USER = "trainguard-other"
+OTHER_PYTHON = "/usr/bin/python3"
+
+# As the other user: ask the agent at argv[1] to crash rank 1, then say hello as rank 1 (pid
+# argv[2], read from ps) without its secret and ask the job to stop. Prints what came back.
+ATTACK = """
+import json, socket, sys
+
+def talk(*lines):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(5)
+        connection.connect("\\0" + sys.argv[1][1:])
+        for line in lines:
+            connection.sendall(json.dumps(line).encode() + b"\\n")
+        try:
+            return connection.makefile("rb").readline().decode()
+        except TimeoutError:
+            return "no answer: the connection stayed open"
+
+inject = talk({"type": "inject-request", "request_id": 1, "rank": 1, "kind": "crash",
+               "at_step": None})
+hello = talk({"type": "hello", "rank": 1, "local_rank": 1, "pid": int(sys.argv[2]),
+              "generation": 0}, {"type": "stop-requested", "time": 0.0})
+print(json.dumps({"inject": inject, "hello": hello}))
+"""
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[str]:
+    """A second local user, created for these tests unless it exists."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the attacks run as a second local user created for them")
+    for tool in ("useradd", "userdel", "runuser", OTHER_PYTHON):
+        if shutil.which(tool) is None:
+            pytest.skip(f"needs {tool} to run the attacks as a second local user")
+    created = False
+    try:
+        pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", OTHER_USER], check=True,
+                       timeout=60)
+        created = True
+    yield OTHER_USER
+    if created:
+        subprocess.run(["userdel", OTHER_USER], check=False, timeout=60)
+
+
+@pytest.fixture
+def open_root() -> Iterator[Path]:
+    """A directory every user may enter: pytest's own temporary directory is 0700, which would
+    hide the job from the other user whatever trainguard does."""
+    root = Path(tempfile.mkdtemp(prefix="trainguard-access-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def as_other(user: str, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", user, "--", OTHER_PYTHON, "-c", code, *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def start(root: Path, *args: str, run_id: str) -> Job:
+    return Job([*args], run_root=root / "runs", run_id=run_id, cwd=root)
+
+
+def worker_of_rank(job: Job, rank: int) -> int | None:
+    """The pid of ``rank``'s worker once it has taken a snapshot (it maps the rank's slot), as
+    another user reads it from ``ps``."""
+    try:
+        workers = psutil.Process(job.children()["standby"]).children()
+    except (KeyError, psutil.Error):
+        return None  # not started yet
+    for worker in workers:
+        try:
+            if f"trainguard-rank{rank}-slot" in Path(f"/proc/{worker.pid}/maps").read_text():
+                return worker.pid
+        except OSError:
+            continue
+    return None
+
+
+def not_owner_only(run_dir: Path) -> list[str]:
+    """Every directory under ``run_dir`` (itself included) not 0700 and file not 0600."""
+    found = []
+    for path in [run_dir, *run_dir.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if mode != (0o700 if path.is_dir() else 0o600):
+            found.append(f"{path.relative_to(run_dir)} {mode:o}")
+    return found
+
+
+def test_run_files_are_owner_only_and_another_user_cannot_read_a_checkpoint(
+        other_user: str, open_root: Path) -> None:
+    job = start(open_root, "--nproc-per-node", "2", "-r", "3", "--persist-interval", "0",
+                SESSION_JOB, "--steps", "12", "--step-sleep", "0.05", run_id="modes")
+    try:
+        agent_file = job.wait_for("agent.json", lambda: (
+            path := job.run_dir / "agent.json").exists() and path)
+        running = as_other(other_user, "import sys; open(sys.argv[1]).read()", str(agent_file))
+        assert job.wait() == 0, job.output()
+    finally:
+        job.kill()
+    assert "PermissionError" in running.stderr, "another user read the agent's address"
+    assert not_owner_only(job.run_dir) == []
+    shard = next(job.run_dir.glob("checkpoints/step-*/rank-*.tgsnap"))
+    for path in (shard, job.run_dir / "state.db"):
+        read = as_other(other_user, "import sys; open(sys.argv[1], 'rb').read(1)", str(path))
+        assert "PermissionError" in read.stderr, f"another user read {path}: {read.stderr}"
+
+
+def test_another_user_can_neither_inject_a_fault_nor_forge_a_hello(
+        other_user: str, open_root: Path) -> None:
+    steps = 150
+    job = start(open_root, "--nproc-per-node", "2", "-r", "3", SESSION_JOB, "--steps",
+                str(steps), "--step-sleep", "0.05", run_id="attacked")
+    try:
+        agent_file = job.wait_for("agent.json", lambda: (
+            path := job.run_dir / "agent.json").exists() and path)
+        address = json.loads(agent_file.read_text())["address"]
+        worker = job.wait_for("rank 1's worker", lambda: worker_of_rank(job, 1))
+        attack = as_other(other_user, ATTACK, address, str(worker))
+        assert attack.returncode == 0, attack.stderr
+        answers = json.loads(attack.stdout)
+        assert job.wait() == 0, job.output()
+    finally:
+        job.kill()
+    own = os.geteuid()
+    assert json.loads(answers["inject"]) == {
+        "type": "control-reply", "request_id": 1, "ok": False,
+        "detail": f"the agent refused: uid {pwd.getpwnam(other_user).pw_uid} is neither the "
+                  f"job's user (uid {own}) nor root"}
+    assert answers["hello"] == "", "the forged hello was not refused"
+    assert job.events("fault-injection") == job.events("fault-detected") == []
+    assert len(job.events("generation-started")) == 1
+    finished = job.events("job-finished")[-1]
+    assert finished["outcome"] == "succeeded", finished
+    assert "refused a connection from pid" in job.output()
+
+
+def test_a_hello_without_the_workers_secret_is_refused(tmp_path: Path) -> None:
+    """Even from the worker's own process and user: only its secret makes a hello count. The
+    secret is in no process's command line, and in no log."""
+    secret_file = tmp_path / "secret"
+    job = Job(["--nproc-per-node", "1", "-r", "3", str(SCRIPTS / "forged_hello_job.py"),
+               str(secret_file)], run_root=tmp_path / "runs", run_id="forged", cwd=tmp_path)
+    try:
+        assert job.wait() == 0, job.output()
+    finally:
+        job.kill()
+    stdout = (job.run_dir / "logs" / "forged" / "attempt_0" / "0" / "stdout.log").read_text()
+    assert "wrong secret kept open: False" in stdout, stdout
+    assert "own secret kept open: True" in stdout, stdout
+    assert "secret in a command line: False" in stdout, stdout
+    secret = secret_file.read_text()
+    assert len(secret) >= 32
+    logs = [job.output(), *(path.read_text() for path in job.run_dir.rglob("*.log"))]
+    assert all(secret not in text for text in logs), "the secret was logged"

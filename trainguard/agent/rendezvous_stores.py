@@ -1,0 +1,54 @@
+"""The agent's side of the rendezvous host (:mod:`trainguard.train.rendezvous_host`): one store
+per generation, on ``MASTER_ADDR`` only, and the previous generation's closed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trainguard.agent import helper_process
+
+__all__ = ["RendezvousError", "RendezvousStores"]
+
+
+class RendezvousError(RuntimeError):
+    """The generation's store cannot be hosted (the message says why)."""
+
+
+class RendezvousStores:
+    def __init__(self, *, address: str, env: Mapping[str, str]) -> None:
+        self.address = address
+        self._host = helper_process.HelperProcess(
+            args=["-m", "trainguard.train.rendezvous_host"], env=env, role="rendezvous host")
+        self._hosted: list[int] = []
+
+    async def start(self) -> None:
+        """Start the host process and wait until it can serve (it imports torch).
+
+        Raises:
+            RendezvousError: it exited first.
+        """
+        try:
+            await self._host.call({"op": "ready"})
+        except helper_process.HelperLostError as error:
+            raise RendezvousError(f"the rendezvous host did not start: {error}") from error
+
+    async def host(self, port: int) -> None:
+        """Serve a new store on ``port``, then close the older ones: their generations ended.
+
+        Raises:
+            RendezvousError: the address is not this host's, the port is taken, or the host
+                process is gone.
+        """
+        try:
+            reply = await self._host.call({"op": "host", "address": self.address, "port": port})
+            if reply["op"] != "hosted":
+                raise RendezvousError(f"cannot host the rendezvous store on {self.address}:"
+                                      f"{port}: {reply['error']}")
+            for older in self._hosted:
+                await self._host.call({"op": "release", "port": older})
+        except helper_process.HelperLostError as error:
+            raise RendezvousError(f"the rendezvous host is gone: {error}") from error
+        self._hosted = [port]
+
+    async def close(self) -> None:
+        await self._host.close()
