@@ -45,6 +45,8 @@ class ConsoleObserver:
     def event(self, event: events.Event) -> None:
         if isinstance(event, events.CheckpointPersisted) and not self._verbose_checkpoints:
             return
+        if isinstance(event, events.StepProgress | events.RunMeasured):
+            return  # shown by progress() and by the summary
         summary = event.summary().replace("[", "\\[")
         self._line(summary, _STYLES.get(event.KIND, ""))
         if isinstance(event, events.FaultDetected) and event.error_excerpt and (
