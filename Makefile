@@ -11,11 +11,11 @@ $(BIN)/python:
 
 # A stamp per dependency set, so an edit to pyproject.toml reinstalls.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[torch]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,report]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[torch,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,report,dev]'
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

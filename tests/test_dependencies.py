@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _declared() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = [*project["dependencies"], *project["optional-dependencies"]["torch"]]
+    extras = project["optional-dependencies"]
+    requirements = [*project["dependencies"], *extras["torch"], *extras["report"]]
     return {re.split(r"[\s<>=!~\[;]", item, maxsplit=1)[0].lower().replace("_", "-")
             for item in requirements}
 

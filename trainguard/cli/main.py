@@ -12,7 +12,15 @@ from rich.table import Table
 
 from trainguard import __version__, testing
 from trainguard.agent import control, node_agent
-from trainguard.cli import config_command, demo_command, faults_command, logs, run_command, runs
+from trainguard.cli import (
+    config_command,
+    demo_command,
+    faults_command,
+    logs,
+    report_command,
+    run_command,
+    runs,
+)
 from trainguard.ipc import messages
 from trainguard.launcher import STORE_NAME
 from trainguard.store import sqlite
@@ -134,6 +142,7 @@ def run(context: typer.Context) -> None:
 
 
 app.command("demo")(demo_command.demo)
+app.command("report")(report_command.report)
 
 
 def main() -> None:

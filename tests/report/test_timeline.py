@@ -1,0 +1,163 @@
+"""The report's figures from recorded events: where each fault, its detection and its recovery
+fall, steps per second between progress samples, steps lost and goodput."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainguard import clock as clocks
+from trainguard.faults import events, process
+from trainguard.report import api, timeline
+from trainguard.store import api as store_api
+
+WALL = 1_800_000_000.0  # the first generation starts at this wall time
+OFFSET = WALL - 500.0  # wall minus monotonic on the job's host: monotonic 500 is time 0
+
+
+class Recording:
+    """Events as the store holds them: each stored at a wall time, ``delay`` seconds after
+    the monotonic moment ``at`` it describes."""
+
+    def __init__(self) -> None:
+        self.stored: list[store_api.StoredEvent] = []
+
+    def add(self, event: events.Event, *, at: float, delay: float = 0.001) -> None:
+        self.stored.append(store_api.StoredEvent(
+            len(self.stored) + 1, clocks.iso_utc(at + OFFSET + delay), event.KIND,
+            event.to_data()))
+
+
+def started(generation: int, restore_step: int = 0) -> events.GenerationStarted:
+    return events.GenerationStarted(job="j", generation=generation, world_size=4,
+                                    master_port=1, restart_count=generation,
+                                    restore_source="memory", restore_step=restore_step,
+                                    plan_seconds=0.01)
+
+
+def fault(*, rank: int, detected_at: float, detect_seconds: float | None, last_step: int,
+          injected: str | None = "crash") -> events.FaultDetected:
+    return events.FaultDetected(
+        job="j", generation=0, rank=rank, pid=10, fault_kind=process.ProcessFaultKind.EXITED,
+        returncode=-9, last_step=last_step, detect_seconds=detect_seconds,
+        detected_at=detected_at, injected=injected, detail="", error_excerpt="",
+        description="", code="")
+
+
+def decision(strategy: str) -> events.DecisionMade:
+    return events.DecisionMade(job="j", generation=0, strategy=strategy, reason="r",
+                               restarts_left=2)
+
+
+def recovered(*, rank: int, strategy: str, seconds: float, lost: int, restore_step: int
+              ) -> events.RecoveryCompleted:
+    return events.RecoveryCompleted(job="j", generation=1, fault_rank=rank, strategy=strategy,
+                                    detect_seconds=0.1, recover_seconds=seconds,
+                                    steps_lost=lost, restore_source="memory",
+                                    restore_step=restore_step)
+
+
+def sample(recording: Recording, generation: int, step: int, at: float) -> None:
+    recording.add(events.StepProgress(job="j", generation=generation, step=step,
+                                      steps_per_second=10.0, at=at), at=at)
+
+
+def test_a_recovered_fault_is_placed_by_its_monotonic_times_not_by_when_it_was_stored(
+) -> None:
+    recording = Recording()
+    recording.add(started(0), at=500.0)
+    sample(recording, 0, 20, at=502.0)
+    # detected at 503.0 after 0.25 s; stored 1.5 s later (snapshots completed first)
+    recording.add(fault(rank=1, detected_at=503.0, detect_seconds=0.25, last_step=30),
+                  at=503.0, delay=1.5)
+    recording.add(decision("retry"), at=504.5)
+    recording.add(decision("recover-in-place"), at=504.6)  # retry could not be carried out
+    recording.add(started(1, restore_step=30), at=504.7)
+    recording.add(recovered(rank=1, strategy="recover-in-place", seconds=2.0, lost=1,
+                            restore_step=30), at=504.75)
+    report = timeline.build(recording.stored)
+    (span,) = report.faults
+    assert (span.rank, span.kind, span.step, span.strategy) == (1, "crash", 30,
+                                                                 "recover-in-place")
+    assert span.occurred == pytest.approx(2.75, abs=0.01)
+    assert span.detected == pytest.approx(3.0, abs=0.01)
+    assert span.recovered == pytest.approx(4.75, abs=0.01)
+    assert span.detect_seconds == pytest.approx(0.25, abs=0.01)
+    assert span.recover_seconds == pytest.approx(2.0, abs=0.01)
+    assert (span.steps_lost, span.restored_from) == (1, "memory@30")
+    assert report.steps_lost == 1
+    assert report.started == recording.stored[0].time
+
+
+def test_a_fault_never_recovered_keeps_its_last_decision_and_no_recovery() -> None:
+    recording = Recording()
+    recording.add(started(0), at=500.0)
+    recording.add(fault(rank=2, detected_at=501.0, detect_seconds=None, last_step=5,
+                        injected=None), at=501.0)
+    recording.add(decision("fail"), at=501.1)
+    recording.add(events.JobFinished(job="j", outcome=events.JobOutcome.FAILED,
+                                     reason="no restarts left", generations=1,
+                                     restarts_used=0, exit_code=1, wall_seconds=1.2),
+                  at=501.2)
+    report = timeline.build(recording.stored)
+    (span,) = report.faults
+    assert (span.kind, span.strategy, span.recovered, span.steps_lost) == ("exited", "fail",
+                                                                           None, None)
+    assert span.occurred == span.detected  # the time it occurred is unknown
+    assert (report.outcome, report.reason, report.wall_seconds) == ("failed",
+                                                                    "no restarts left", 1.2)
+    assert report.steps_lost == 0
+
+
+def test_steps_per_second_come_from_samples_of_one_generation_only() -> None:
+    recording = Recording()
+    recording.add(started(0), at=500.0)
+    sample(recording, 0, 10, at=501.0)
+    sample(recording, 0, 30, at=503.0)  # 20 steps in 2 s
+    sample(recording, 1, 25, at=505.0)  # a new generation, back at step 25: no rate across
+    sample(recording, 1, 40, at=508.0)  # 15 steps in 3 s
+    report = timeline.build(recording.stored)
+    assert [(r.start, r.end, r.generation, r.step, r.steps_per_second) for r in report.rates
+            ] == [pytest.approx((1.0, 3.0, 0, 30, 10.0), abs=0.01),
+                  pytest.approx((5.0, 8.0, 1, 40, 5.0), abs=0.01)]
+
+
+def test_goodput_and_the_step_time_are_the_run_s_own_figures() -> None:
+    recording = Recording()
+    recording.add(started(0), at=500.0)
+    measured = events.RunMeasured(job="j", steps_completed=100, step_seconds=0.1,
+                                  snapshot_seconds=0.01, training_seconds=12.5)
+    recording.add(measured, at=512.5)
+    report = timeline.build(recording.stored)
+    assert (report.steps_completed, report.step_seconds, report.training_seconds) == (
+        100, 0.1, 12.5)
+    assert report.goodput == pytest.approx(0.8) == measured.goodput
+
+
+def test_a_run_that_has_not_finished_has_no_outcome_and_no_goodput() -> None:
+    recording = Recording()
+    recording.add(started(0), at=500.0)
+    report = timeline.build(recording.stored)
+    assert (report.outcome, report.goodput, report.steps_completed, report.faults,
+            report.rates) == (None, None, None, (), ())
+
+
+def test_the_json_holds_the_same_figures() -> None:
+    recording = Recording()
+    recording.add(started(0), at=500.0)
+    recording.add(fault(rank=1, detected_at=501.0, detect_seconds=0.5, last_step=3), at=501.0)
+    recording.add(decision("exit"), at=501.1)
+    recording.add(recovered(rank=1, strategy="exit", seconds=1.5, lost=2, restore_step=1),
+                  at=502.0)
+    data = json.loads(json.dumps(timeline.build(recording.stored).to_data()))
+    assert data["steps_lost"] == 2
+    (fault_data,) = data["faults"]
+    assert fault_data["strategy"] == "exit"
+    assert fault_data["detect_seconds"] == pytest.approx(0.5, abs=0.01)
+    assert fault_data["recover_seconds"] == pytest.approx(1.5, abs=0.01)
+
+
+def test_a_run_without_events_is_an_error() -> None:
+    with pytest.raises(api.ReportError, match="recorded no events"):
+        timeline.build([])
