@@ -110,17 +110,29 @@ def test_a_fault_never_recovered_keeps_its_last_decision_and_no_recovery() -> No
     assert report.steps_lost == 0
 
 
-def test_steps_per_second_come_from_samples_of_one_generation_only() -> None:
+def test_steps_per_second_come_from_the_points_of_one_generation_only() -> None:
     recording = Recording()
     recording.add(started(0), at=500.0)
-    sample(recording, 0, 10, at=501.0)
+    sample(recording, 0, 10, at=501.0)  # 10 steps in the first second
     sample(recording, 0, 30, at=503.0)  # 20 steps in 2 s
-    sample(recording, 1, 25, at=505.0)  # a new generation, back at step 25: no rate across
+    sample(recording, 0, 35, at=503.6)  # stored before the fault that came earlier
+    # rank 1 crashed in step 34 at 503.4: 4 steps in 0.4 s since the sample before
+    recording.add(fault(rank=1, detected_at=503.5, detect_seconds=0.1, last_step=34),
+                  at=503.5, delay=0.5)
+    recording.add(started(1, restore_step=25), at=504.0)  # back at step 25: no rate across
+    sample(recording, 1, 25, at=505.0)  # restoring: no step in 1 s
     sample(recording, 1, 40, at=508.0)  # 15 steps in 3 s
+    recording.add(events.RunMeasured(job="j", steps_completed=50, step_seconds=0.2,
+                                     snapshot_seconds=None, training_seconds=10.0), at=510.0)
     report = timeline.build(recording.stored)
     assert [(r.start, r.end, r.generation, r.step, r.steps_per_second) for r in report.rates
-            ] == [pytest.approx((1.0, 3.0, 0, 30, 10.0), abs=0.01),
-                  pytest.approx((5.0, 8.0, 1, 40, 5.0), abs=0.01)]
+            ] == [pytest.approx((0.0, 1.0, 0, 10, 10.0), abs=0.01),
+                  pytest.approx((1.0, 3.0, 0, 30, 10.0), abs=0.01),
+                  pytest.approx((3.0, 3.4, 0, 34, 10.0), abs=0.01),
+                  pytest.approx((3.4, 3.6, 0, 35, 5.0), abs=0.01),
+                  pytest.approx((4.0, 5.0, 1, 25, 0.0), abs=0.01),
+                  pytest.approx((5.0, 8.0, 1, 40, 5.0), abs=0.01),
+                  pytest.approx((8.0, 10.0, 1, 50, 5.0), abs=0.01)]
 
 
 def test_goodput_and_the_step_time_are_the_run_s_own_figures() -> None:

@@ -47,10 +47,10 @@ def draw(report: api.RunReport, path: Path) -> None:
         times += [sample.start, sample.end]
         rates += [sample.steps_per_second, sample.steps_per_second]
     axes.plot(times, rates, color="tab:blue", linewidth=1.5,
-              label="steps per second (between progress samples)")
+              label="steps per second")
     end = max([*times[-1:], *(fault.recovered or fault.detected for fault in report.faults),
                report.training_seconds or 0.0])
-    top = max([rate for rate in rates if not math.isnan(rate)], default=1.0) * 1.35
+    top = max([rate for rate in rates if not math.isnan(rate)], default=1.0) * 1.6
     labelled: set[str] = set()
 
     def label(name: str) -> str | None:
@@ -73,8 +73,11 @@ def draw(report: api.RunReport, path: Path) -> None:
                          label=label("not recovered"))
             took = "not recovered"
         at = "" if fault.step is None else f", step {fault.step}"
-        axes.text(fault.occurred, top * 0.98, f" {number}: {fault.kind}, rank {fault.rank}{at}"
-                  f"\n {fault.strategy}\n {took}", fontsize=8, va="top", ha="left")
+        # every other label lower, so that the labels of faults close in time do not overlap
+        axes.text(fault.occurred, top * (0.98 if number % 2 else 0.84),
+                  f" {number}: {fault.kind}, rank {fault.rank}{at}\n {fault.strategy}\n {took}",
+                  fontsize=8, va="top", ha="left",
+                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
     axes.set_xlim(0, max(end, 1.0) * 1.02)
     axes.set_ylim(0, top)
     axes.set_xlabel("time since the job started (s)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,28 @@ def _monotonic_offset(recorded: Sequence[store_api.StoredEvent]) -> float:
     gaps += [_wall(event) - float(event.data["detected_at"]) for event in recorded
              if event.kind == events.FaultDetected.KIND]
     return min(gaps, default=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Point:
+    """Where the job was: a generation's start (its restored step), a progress sample, a
+    fault (the step its rank was in), or the end."""
+
+    time: float  # seconds since the job started
+    generation: int
+    step: int
+
+
+def _rates(points: Sequence[_Point]) -> tuple[api.RateSample, ...]:
+    """Steps per second between consecutive points of one generation (a fault's gap has none)."""
+    ordered = sorted(points, key=lambda point: point.time)  # a fault is stored after later samples
+    return tuple(
+        api.RateSample(start=before.time, end=after.time, generation=after.generation,
+                       step=after.step,
+                       steps_per_second=(after.step - before.step) / (after.time - before.time))
+        for before, after in itertools.pairwise(ordered)
+        if before.generation == after.generation and after.step >= before.step
+        and after.time > before.time)
 
 
 @dataclasses.dataclass
@@ -75,16 +98,17 @@ def build(recorded: Sequence[store_api.StoredEvent]) -> api.RunReport:
         return monotonic + offset - zero
 
     faults: list[_Open] = []
-    rates: list[api.RateSample] = []
-    previous: tuple[float, int, int] | None = None  # time, generation, step
+    points: list[_Point] = []
     measured: dict[str, Any] = {}
     finished: dict[str, Any] = {}
     for event in recorded:
         data = event.data
         if event.kind == events.FaultDetected.KIND:
             detected = since_start(float(data["detected_at"]))
-            faults.append(_Open(data, occurred=detected - float(data["detect_seconds"] or 0.0),
-                                detected=detected))
+            occurred = detected - float(data["detect_seconds"] or 0.0)
+            faults.append(_Open(data, occurred=occurred, detected=detected))
+            if data["last_step"] is not None:
+                points.append(_Point(occurred, int(data["generation"]), int(data["last_step"])))
         elif event.kind == events.DecisionMade.KIND and faults:
             faults[-1].strategy = str(data["strategy"])
         elif event.kind == events.RecoveryCompleted.KIND:
@@ -92,18 +116,17 @@ def build(recorded: Sequence[store_api.StoredEvent]) -> api.RunReport:
                 if fault.recovery is None and fault.data["rank"] == data["fault_rank"]:
                     fault.recovery = data
                     break
+        elif event.kind == events.GenerationStarted.KIND:
+            points.append(_Point(_wall(event) - zero, int(data["generation"]),
+                                 int(data["restore_step"])))
         elif event.kind == events.StepProgress.KIND:
-            now, generation, step = (since_start(float(data["at"])),
-                                     int(data["generation"]), int(data["step"]))
-            if previous is not None and previous[1] == generation and step >= previous[2] \
-                    and now > previous[0]:
-                rates.append(api.RateSample(start=previous[0], end=now, generation=generation,
-                                            step=step,
-                                            steps_per_second=(step - previous[2])
-                                            / (now - previous[0])))
-            previous = (now, generation, step)
+            points.append(_Point(since_start(float(data["at"])), int(data["generation"]),
+                                 int(data["step"])))
         elif event.kind == events.RunMeasured.KIND:
             measured = data
+            if points:  # the job's end: every step done, in the last generation
+                points.append(_Point(_wall(event) - zero, points[-1].generation,
+                                     int(data["steps_completed"])))
         elif event.kind == events.JobFinished.KIND:
             finished = data
     run = (events.RunMeasured(**{key: measured[key] for key in (
@@ -118,4 +141,4 @@ def build(recorded: Sequence[store_api.StoredEvent]) -> api.RunReport:
         step_seconds=run.step_seconds if run else None,
         training_seconds=run.training_seconds if run else None,
         goodput=run.goodput if run else None,
-        faults=tuple(fault.span() for fault in faults), rates=tuple(rates))
+        faults=tuple(fault.span() for fault in faults), rates=_rates(points))
