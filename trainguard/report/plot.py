@@ -50,7 +50,9 @@ def draw(report: api.RunReport, path: Path) -> None:
               label="steps per second")
     end = max([*times[-1:], *(fault.recovered or fault.detected for fault in report.faults),
                report.training_seconds or 0.0])
-    top = max([rate for rate in rates if not math.isnan(rate)], default=1.0) * 1.6
+    # room above the line for the faults' labels
+    highest = max([rate for rate in rates if not math.isnan(rate)], default=0.0) or 1.0
+    top = highest * (1.6 if report.faults else 1.15)
     labelled: set[str] = set()
 
     def label(name: str) -> str | None:

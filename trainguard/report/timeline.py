@@ -38,8 +38,8 @@ def _monotonic_offset(recorded: Sequence[store_api.StoredEvent]) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class _Point:
-    """Where the job was: a generation's start (its restored step), a progress sample, a
-    fault (the step its rank was in), or the end."""
+    """Where the job was: a generation's start (its restored step), a progress sample, or a
+    fault (the step its rank was in)."""
 
     time: float  # seconds since the job started
     generation: int
@@ -123,10 +123,7 @@ def build(recorded: Sequence[store_api.StoredEvent]) -> api.RunReport:
             points.append(_Point(since_start(float(data["at"])), int(data["generation"]),
                                  int(data["step"])))
         elif event.kind == events.RunMeasured.KIND:
-            measured = data
-            if points:  # the job's end: every step done, in the last generation
-                points.append(_Point(_wall(event) - zero, points[-1].generation,
-                                     int(data["steps_completed"])))
+            measured = data  # its time is the job's end, after the workers stopped: no point
         elif event.kind == events.JobFinished.KIND:
             finished = data
     run = (events.RunMeasured(**{key: measured[key] for key in (
