@@ -37,6 +37,8 @@ from typing import Any
 
 from benchmarks import common
 
+__all__ = ["TARGET", "VARIANTS", "Variant", "has_metrics_flag", "main"]
+
 NAME = "overhead"
 TARGET = 0.02  # the overhead each variant must stay under
 

@@ -5,3 +5,5 @@
 (the ``report`` extra) is imported when a timeline is drawn, never at import. Internal: only
 ``trainguard report`` and its ``--json`` output are public.
 """
+
+__all__: list[str] = []
