@@ -193,7 +193,9 @@ def _overhead(lines: list[str]) -> None:
         return
     lines += [
         f"## Step-time overhead without faults, against torchrun, {result['when']}", "",
-        f"`{_command(result)}`", "", result["setup"] + ".", "",
+        f"`{_command(result)}`", "", result["setup"] + ". On a machine shared with other "
+        "work, a few percent either way is noise: a negative overhead means none measurable.",
+        "",
         "| launcher and script | median step time | overhead against torchrun |",
         "|---|---|---|",
     ]
