@@ -13,11 +13,11 @@ $(BIN)/python:
 
 # A stamp per dependency set, so an edit to pyproject.toml reinstalls.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[torch]' $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[torch,report]' $(TORCH)
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[torch,dev]' $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[torch,report,dev]' $(TORCH)
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

@@ -187,6 +187,33 @@ def _fault_engine(lines: list[str]) -> None:
     ]
 
 
+def _overhead(lines: list[str]) -> None:
+    result = _load("overhead")
+    if result is None:
+        return
+    lines += [
+        f"## Step-time overhead without faults, against torchrun, {result['when']}", "",
+        f"`{_command(result)}`", "", result["setup"] + ". On a machine shared with other "
+        "work, a few percent either way is noise: a negative overhead means none measurable.",
+        "",
+        "| launcher and script | median step time | overhead against torchrun |",
+        "|---|---|---|",
+    ]
+    verdicts = []
+    for variant in result["variants"]:
+        if not variant["measured"]:
+            lines.append(f"| {variant['name']} | not measured: {variant['why']} | - |")
+            verdicts.append(f"- {variant['name']} under {result['target']:.0%}: "
+                            f"{_verdict(None)}")
+            continue
+        lines.append(f"| {variant['name']} | {variant['median_step_seconds'] * 1000:.1f} ms | "
+                     f"{variant['overhead']:+.1%} |")
+        if variant["met"] is not None:
+            verdicts.append(f"- {variant['name']} under {result['target']:.0%}: "
+                            f"{_verdict(variant['met'])} ({variant['overhead']:+.1%})")
+    lines += ["", *verdicts, ""]
+
+
 def main() -> None:
     lines = ["# Benchmark results", "",
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
@@ -194,6 +221,7 @@ def main() -> None:
     _recovery(lines)
     _stall(lines)
     _fault_engine(lines)
+    _overhead(lines)
     path = common.RESULTS / "SUMMARY.md"
     path.write_text("\n".join(lines))
     print(path.read_text())

@@ -21,7 +21,8 @@ def _declared() -> set[str]:
     # nvidia: its client is imported only where GPUs are counted, inside a guard that says
     # how to install it when it is missing.
     extras = project["optional-dependencies"]
-    requirements = [*project["dependencies"], *extras["torch"], *extras["nvidia"]]
+    requirements = [*project["dependencies"], *extras["torch"], *extras["nvidia"],
+                    *extras["report"]]
     return {re.split(r"[\s<>=!~\[;]", item, maxsplit=1)[0].lower().replace("_", "-")
             for item in requirements}
 

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -75,7 +75,7 @@ class RunSettings:
     """Bytes of snapshot memory to reserve per slot (two per rank) before any worker starts, so
     that too little memory is an error at once; 0 reserves at the first snapshot."""
     progress_interval: float = 5.0
-    """Seconds between progress lines on the console (0: none)."""
+    """Seconds between progress lines on the console and step-progress events (0: none)."""
     fault_config_dir: Path | None = None
     """A directory with the original's fault configuration files (faultCode.json,
     faultCustomization.json, ...), re-read when one changes; None: the shipped defaults."""
@@ -123,9 +123,9 @@ class RunReport:
     @property
     def goodput(self) -> float | None:
         """Share of the training time that produced the final state: steps kept x step time."""
-        if not self.step_seconds or not self.training_seconds:
-            return None
-        return min(1.0, self.result.resume_step * self.step_seconds / self.training_seconds)
+        return events.goodput(steps_completed=self.result.resume_step,
+                              step_seconds=self.step_seconds,
+                              training_seconds=self.training_seconds)
 
 
 class RunObserver(Protocol):
@@ -220,6 +220,9 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
         progress = asyncio.create_task(_report_progress(agent, observer, settings))
         publishing = asyncio.create_task(_publish_live(agent, events_recorder, tally, exporter,
                                                        clock=clock))
+        sampling = asyncio.create_task(_record_progress(
+            agent, events_recorder.record, clock, job=agent_settings.run_id,
+            interval=settings.progress_interval))
         watch = asyncio.create_task(device_levels.watch(
             engine, config=config, interval=settings.fault_config_interval,
             record=events_recorder.record, clock=clock, job=agent_settings.run_id))
@@ -232,11 +235,19 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
                 raise LaunchError(str(error)) from error
             result = await controller.run()
             lag = memory.lag()
+            measured = events.RunMeasured(
+                job=agent_settings.run_id, steps_completed=result.resume_step,
+                step_seconds=agent.statistics.step_seconds,
+                snapshot_seconds=agent.statistics.median_snapshot_seconds,
+                training_seconds=(clock.monotonic() - agent.statistics.first_step_at
+                                  if agent.statistics.first_step_at is not None else None))
+            events_recorder.record(measured)
         finally:
             progress.cancel()
+            sampling.cancel()
             watch.cancel()
             publishing.cancel()
-            await asyncio.gather(progress, watch, publishing, return_exceptions=True)
+            await asyncio.gather(progress, sampling, watch, publishing, return_exceptions=True)
             await agent.close()
             _publish_once(agent, events_recorder, tally, exporter, clock=clock)
             if server is not None:
@@ -244,11 +255,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             store.close()
     return RunReport(
         result=result, run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir,
-        step_seconds=agent.statistics.step_seconds,
-        snapshot_seconds=agent.statistics.median_snapshot_seconds,
-        training_seconds=(clock.monotonic() - agent.statistics.first_step_at
-                          if agent.statistics.first_step_at is not None else None),
-        checkpoint_lag=lag)
+        step_seconds=measured.step_seconds, snapshot_seconds=measured.snapshot_seconds,
+        training_seconds=measured.training_seconds, checkpoint_lag=lag)
 
 
 @contextlib.contextmanager
@@ -321,3 +329,18 @@ def _publish_once(agent: node_agent.NodeAgent, events_recorder: recorder.EventRe
         events_recorder.publish(live.document_name(job), document.to_data())
     except store_api.StoreError as error:
         logger.warning("the live status was not updated: %s", error)
+
+
+async def _record_progress(agent: node_agent.NodeAgent, record: Callable[[events.Event], int],
+                           clock: clocks.Clock, *, job: str, interval: float) -> None:
+    """Sample the furthest step every ``interval`` seconds into the events, for reports."""
+    if interval <= 0:
+        return
+    while True:
+        await asyncio.sleep(interval)
+        progress = agent.progress()
+        if progress.step is not None:
+            record(events.StepProgress(job=job, generation=progress.generation,
+                                       step=progress.step,
+                                       steps_per_second=progress.steps_per_second,
+                                       at=clock.monotonic()))

@@ -75,6 +75,8 @@ class ConsoleObserver:
             return
         if isinstance(event, events.DeviceLevelChanged) and not self._devices:
             return
+        if isinstance(event, events.StepProgress | events.RunMeasured):
+            return  # shown by progress() and by the summary
         summary = describe(event).replace("[", "\\[")
         self._line(summary, _STYLES.get(event.KIND, ""))
         if isinstance(event, events.FaultDetected) and event.error_excerpt and (

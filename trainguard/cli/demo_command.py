@@ -7,8 +7,9 @@ works: the crashed and the hung rank get a new process while the others keep the
 (recover-in-place), the first memory error is retried in the step by every process (retry). The
 second one within a day raises the device to ManuallySeparateNPU (the original's default
 FaultFrequency rule: twice in 24 h), so its rank moves to a spare device with its state from a
-replica (recover), as does the faulty device's. The same job then runs again without faults,
-and the two runs' final parameters are compared bit for bit.
+replica (recover), as does the faulty device's. Its report (``trainguard report``) is written
+into its run directory. The same job then runs again without faults, and the two runs' final
+parameters are compared bit for bit.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from trainguard.agent import (
     workers,
 )
 from trainguard.cli import console as console_output
+from trainguard.cli import report_command
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.controller import policy
 from trainguard.ipc import messages
+from trainguard.report import api as report_api
 
 __all__ = ["demo"]
 
@@ -59,6 +62,16 @@ def _settings(*, run_root: Path, run_id: str, nproc: int, steps: int, width: int
 def _digest(report: launcher.RunReport) -> str | None:
     path = report.run_dir / "final-parameters.sha256"
     return path.read_text().strip() if path.exists() else None
+
+
+def _write_report(run_dir: Path, console: Console) -> None:
+    """The faulted run's report; a missing matplotlib is said, not fatal: the demo goes on."""
+    try:
+        page, picture = report_command.write_report(run_dir)
+    except report_api.ReportError as error:
+        console.print(f"[yellow]no report: {error}[/yellow]")
+        return
+    console.print(f"report of this run: {page} (timeline: {picture})")
 
 
 def demo(
@@ -94,6 +107,7 @@ def demo(
                   width=width, faults=faults),
         observer=console_output.ConsoleObserver(console)))
     console_output.render_summary(faulty, console)
+    _write_report(faulty.run_dir, console)
     if faulty.result.exit_code != 0:
         raise typer.Exit(faulty.result.exit_code)
     if not reference:

@@ -14,6 +14,7 @@ from trainguard.cli import (
     events_command,
     faults_command,
     logs,
+    report_command,
     run_command,
     runs,
     status_command,
@@ -100,6 +101,7 @@ def run(context: typer.Context) -> None:
 app.command("demo")(demo_command.demo)
 app.command("events")(events_command.show_events)
 app.command("status")(status_command.status)
+app.command("report")(report_command.report)
 
 
 def main() -> None:

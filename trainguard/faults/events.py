@@ -27,6 +27,9 @@ __all__ = [
     "JobOutcome",
     "RecoveryCompleted",
     "RecoveryFailed",
+    "RunMeasured",
+    "StepProgress",
+    "goodput",
     "known_kinds",
 ]
 
@@ -261,6 +264,49 @@ class JobFinished(Event):
 
     def summary(self) -> str:
         return f"job {self.outcome}: {self.reason}"
+
+
+def goodput(*, steps_completed: int, step_seconds: float | None,
+            training_seconds: float | None) -> float | None:
+    """Share of the training time that produced the final state: steps kept x step time."""
+    if not step_seconds or not training_seconds:
+        return None
+    return min(1.0, steps_completed * step_seconds / training_seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepProgress(Event):
+    """How far the job is, sampled every progress interval: the report's steps per second."""
+
+    KIND: ClassVar[str] = "step-progress"
+    generation: int
+    step: int  # the step the furthest rank is in
+    steps_per_second: float | None  # over rank 0's recent steps, as the console shows it
+    at: float  # monotonic seconds, the clock of FaultDetected.detected_at
+
+    def summary(self) -> str:
+        rate = f", {self.steps_per_second:.1f} steps/s" if self.steps_per_second else ""
+        return f"step {self.step}{rate} (generation {self.generation})"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMeasured(Event):
+    """The end-of-run figures, recorded as the job ends, so that a report can show them."""
+
+    KIND: ClassVar[str] = "run-measured"
+    steps_completed: int  # steps whose result the final state holds
+    step_seconds: float | None  # median time from one step's start to the next's, rank 0
+    snapshot_seconds: float | None  # median time training was blocked per snapshot
+    training_seconds: float | None  # first step started -> job ended
+
+    @property
+    def goodput(self) -> float | None:
+        return goodput(steps_completed=self.steps_completed, step_seconds=self.step_seconds,
+                       training_seconds=self.training_seconds)
+
+    def summary(self) -> str:
+        share = f", goodput {self.goodput:.1%}" if self.goodput is not None else ""
+        return f"{self.steps_completed} steps completed{share}"
 
 
 def known_kinds() -> list[str]:

@@ -155,9 +155,10 @@ def _goodput(activity: list[step_statistics.RankActivity],
     """Share of the training time so far that the furthest rank's steps account for."""
     started, step_seconds = statistics.first_step_at, statistics.step_seconds
     steps = max((rank.step for rank in activity if rank.step is not None), default=None)
-    if started is None or not step_seconds or steps is None or now <= started:
+    if started is None or steps is None or now <= started:
         return None
-    return min(1.0, steps * step_seconds / (now - started))
+    return events.goodput(steps_completed=steps, step_seconds=step_seconds,
+                          training_seconds=now - started)
 
 
 class _LiveCollector(registry.Collector):

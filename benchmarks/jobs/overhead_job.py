@@ -1,0 +1,72 @@
+"""The overhead benchmark's job: a 4-rank DDP MLP on CPU that times its own steps.
+
+The same script for every launcher. ``--mode plain`` is an unmodified torchrun script;
+``session`` puts each step in ``Session.step`` (the step guard, heartbeats); ``run`` does the
+same under ``Session.run``. No snapshots: ``Session.checkpoint`` is never called. Each rank
+writes the seconds from each step's start to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=500)
+parser.add_argument("--width", type=int, default=768)
+parser.add_argument("--batch", type=int, default=128)
+parser.add_argument("--mode", choices=("plain", "session", "run"), default="plain")
+args = parser.parse_args()
+
+torch.manual_seed(0)
+width = args.width
+model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                      nn.Linear(width, width))
+target = torch.randn(width, width, generator=torch.Generator().manual_seed(1))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+state = {"model": model, "optimizer": optimizer}
+session = None
+if args.mode != "plain":
+    import trainguard.train
+
+    session = trainguard.train.Session()
+
+
+def train() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    start = session.restore(state) if session is not None else 0
+    ddp = DistributedDataParallel(model)
+    starts = []
+    for step in range(start, args.steps):
+        starts.append(time.perf_counter())
+        with session.step(step) if session is not None else contextlib.nullcontext():
+            generator = torch.Generator().manual_seed(step * 1009 + rank)
+            inputs = torch.randn(args.batch, width, generator=generator)
+            loss = nn.functional.mse_loss(ddp(inputs), inputs @ target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    starts.append(time.perf_counter())
+    seconds = [after - before for before, after in itertools.pairwise(starts)]
+    output = Path(os.environ["BENCH_OUTPUT_DIR"]) / f"steps-{rank}.json"
+    output.write_text(json.dumps(seconds))
+
+
+if session is not None and args.mode == "run":
+    session.run(train)
+else:
+    train()
+if session is not None:
+    session.close()
+dist.destroy_process_group()

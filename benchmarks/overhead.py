@@ -1,0 +1,175 @@
+"""Step-time overhead of trainguard without faults, against torchrun on the same script.
+
+One job (jobs/overhead_job.py: a DDP MLP on CPU, gloo) runs ``--steps`` steps on
+``--nproc-per-node`` ranks under each launcher, and each rank writes its own step times (from
+one step's start to the next's). Variants:
+
+- ``torchrun``: ``python -m torch.distributed.run --standalone``, the unmodified script (the
+  baseline);
+- ``trainguard``: ``trainguard run``, the unmodified script;
+- ``trainguard-session``: the script with ``Session.step`` around each step, no snapshots;
+- ``trainguard-session-run``: the same under ``Session.run``;
+- each trainguard variant again with ``--metrics-port 0`` (``+metrics``), when this
+  trainguard has that flag (else reported as not measured).
+
+Measured: the median step time over every rank's steps after the first ``--warmup`` share,
+and its overhead against torchrun's (target: under 2% each). ``--rounds`` runs every variant
+that many times, interleaved, so that a machine that slows down over time slows each alike;
+the medians pool the rounds. Prints one JSON object; ``--output`` also writes it
+(default when given without a path: benchmarks/results/overhead.json).
+
+    python -m benchmarks.overhead --output              # 4 ranks, 500 steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+__all__ = ["TARGET", "VARIANTS", "Variant", "has_metrics_flag", "main"]
+
+NAME = "overhead"
+TARGET = 0.02  # the overhead each variant must stay under
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str
+    launcher: str  # torchrun or trainguard
+    mode: str  # the job's --mode: plain, session or run
+    metrics: bool = False
+
+
+VARIANTS = (
+    Variant("torchrun", "torchrun", "plain"),
+    Variant("trainguard", "trainguard", "plain"),
+    Variant("trainguard-session", "trainguard", "session"),
+    Variant("trainguard-session-run", "trainguard", "run"),
+    Variant("trainguard+metrics", "trainguard", "plain", metrics=True),
+    Variant("trainguard-session+metrics", "trainguard", "session", metrics=True),
+    Variant("trainguard-session-run+metrics", "trainguard", "run", metrics=True),
+)
+
+
+def has_metrics_flag() -> bool:
+    """Whether this trainguard serves metrics (``--metrics-port``)."""
+    shown = subprocess.run([sys.executable, "-m", "trainguard", "run", "--help"],
+                           capture_output=True, text=True, timeout=120, check=False)
+    return "--metrics-port" in shown.stdout
+
+
+def _command(variant: Variant, workdir: Path, args: argparse.Namespace) -> list[str]:
+    job = [str(common.JOBS / "overhead_job.py"), "--steps", str(args.steps), "--width",
+           str(args.width), "--batch", str(args.batch), "--mode", variant.mode]
+    ranks = ["--nproc-per-node", str(args.nproc_per_node)]
+    if variant.launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", *ranks, *job]
+    metrics = ["--metrics-port", "0"] if variant.metrics else []
+    return [sys.executable, "-m", "trainguard", "run", *ranks, "--run-root",
+            str(workdir / "runs"), "--rdzv-id", "bench", *metrics, *job]
+
+
+def trial(variant: Variant, args: argparse.Namespace, root: Path) -> list[float]:
+    """Every rank's step times after the warm-up, from one run of the job."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"{variant.name}-", dir=root))
+    with common.ProcessGroup(_command(variant, workdir, args), log=workdir / "launcher.log",
+                             env={"BENCH_OUTPUT_DIR": str(workdir)}) as group:
+        try:
+            code = group.process.wait(args.timeout)
+        except subprocess.TimeoutExpired as error:
+            raise RuntimeError(f"{variant.name} did not end within {args.timeout} s; see "
+                               f"{group.log}") from error
+    if code != 0:
+        raise RuntimeError(f"{variant.name} exited with {code}:\n"
+                           + group.log.read_text(errors="replace")[-3000:])
+    skip = max(1, int(args.steps * args.warmup))
+    seconds = []
+    for rank in range(args.nproc_per_node):
+        path = workdir / f"steps-{rank}.json"
+        if not path.exists():
+            raise RuntimeError(f"{variant.name}: rank {rank} wrote no step times ({path})")
+        seconds += json.loads(path.read_text())[skip:]
+    return seconds
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    metrics = has_metrics_flag()
+    measured = [v for v in VARIANTS if metrics or not v.metrics]
+    times: dict[str, list[float]] = {variant.name: [] for variant in measured}
+    with tempfile.TemporaryDirectory(prefix="trainguard-overhead-") as root:
+        for number in range(args.rounds):
+            for variant in measured:
+                times[variant.name] += trial(variant, args, Path(root))
+                print(f"[overhead] round {number + 1}: {variant.name} done", file=sys.stderr,
+                      flush=True)
+    baseline = statistics.median(times["torchrun"])
+    results = []
+    for variant in VARIANTS:
+        entry: dict[str, Any] = {**dataclasses.asdict(variant), "measured": variant in measured}
+        if variant in measured:
+            median = statistics.median(times[variant.name])
+            overhead = median / baseline - 1
+            entry.update(median_step_seconds=median, steps_measured=len(times[variant.name]),
+                         overhead=overhead,
+                         met=None if variant.launcher == "torchrun" else overhead < TARGET)
+        else:
+            entry["why"] = "this trainguard has no --metrics-port"
+        results.append(entry)
+    return {
+        "benchmark": NAME, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {**common.machine(), "argv": [f"benchmarks/{NAME}.py", *argv]},
+        "setup": f"{args.nproc_per_node}-rank DDP MLP (3 x {args.width}x{args.width} Linear, "
+                 f"Adam, batch {args.batch}) on CPU with gloo, {args.steps} steps, "
+                 f"{args.rounds} round(s); no snapshots; step times written by each rank, "
+                 f"the first {args.warmup:.0%} of each rank's steps left out",
+        "target": TARGET, "variants": results,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    result = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    result.add_argument("--nproc-per-node", type=int, default=4)
+    result.add_argument("--steps", type=int, default=500)
+    result.add_argument("--width", type=int, default=768)
+    result.add_argument("--batch", type=int, default=128)
+    result.add_argument("--rounds", type=int, default=1)
+    result.add_argument("--warmup", type=float, default=0.1,
+                        help="the share of each rank's first steps left out")
+    result.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds one job may take")
+    result.add_argument("--output", nargs="?", type=Path, const=common.RESULTS / f"{NAME}.json",
+                        default=None, help="also write the JSON here (default when given "
+                        "without a path: benchmarks/results/overhead.json)")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    if args.nproc_per_node < 1 or args.steps < 2 or args.rounds < 1 \
+            or not 0 <= args.warmup < 1:
+        raise SystemExit("--nproc-per-node, --rounds >= 1, --steps >= 2, 0 <= --warmup < 1")
+    common.exit_cleanly_on_sigterm()
+    text = json.dumps(run(args, argv), indent=1)
+    print(text)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text + "\n")
+        print(f"[overhead] written to {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
