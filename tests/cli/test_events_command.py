@@ -93,3 +93,18 @@ def test_lines_show_local_time_rounded_durations_and_are_not_cut() -> None:
 def test_follow_returns_once_a_run_that_is_not_running_has_nothing_new(run_dir: Path) -> None:
     lines = invoke("events", "--follow", "--json", "--run-dir", str(run_dir)).splitlines()
     assert [json.loads(line)["kind"] for line in lines] == ["fault-injection", "decision"]
+
+
+def test_step_progress_samples_are_shown_only_when_asked_for(run_dir: Path) -> None:
+    store = sqlite.SqliteStore.open(run_dir / STORE_NAME)
+    try:
+        recorder.EventRecorder(store, clocks.SystemClock()).record(events.StepProgress(
+            job="job", generation=0, step=7, steps_per_second=9.5, at=12.0))
+    finally:
+        store.close()
+    shown = [json.loads(line)["kind"] for line in
+             invoke("events", "--json", "--run-dir", str(run_dir)).splitlines()]
+    assert shown == ["fault-injection", "decision"]
+    asked = [json.loads(line)["kind"] for line in invoke(
+        "events", "--json", "--kind", "step-progress", "--run-dir", str(run_dir)).splitlines()]
+    assert asked == ["step-progress"]

@@ -34,7 +34,8 @@ def show_events(
     run_dir: runs.RunDir = None,
     run_root: runs.RunRoot = DEFAULT_RUN_ROOT,
     kind: Annotated[list[str] | None, typer.Option(help="Only events of this kind "
-                                                   "(repeatable).")] = None,
+                                                   "(repeatable); without it, every kind but "
+                                                   "the step-progress samples.")] = None,
     since: Annotated[str | None, typer.Option(help="Only events recorded since then: a "
                                               "duration back from now (90s, 10m, 2h, 1d) or "
                                               "an ISO time (local time unless it has a zone)."
@@ -52,6 +53,8 @@ def show_events(
     if unknown:
         raise typer.BadParameter(f"unknown kind {', '.join(map(repr, unknown))}; known kinds: "
                                  f"{', '.join(events.known_kinds())}", param_hint="--kind")
+    if not kinds:  # the samples a report draws from: one every few seconds, noise here
+        kinds = tuple(k for k in events.known_kinds() if k != events.StepProgress.KIND)
     start = parse_since(since, now=time.time()) if since is not None else None
     directory = runs.choose(run_dir, run_root).directory
     write = _json_line if as_json else format_event
