@@ -17,7 +17,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[torch,report,dev]' $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[torch,report,nvidia,dev]' $(TORCH)
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run
