@@ -370,3 +370,44 @@ def test_settings_are_checked() -> None:
         CheckpointSettings(persist_interval=-1)
     with pytest.raises(ValueError, match="persist-bandwidth must be >= 0"):
         CheckpointSettings(persist_bandwidth=-5)
+
+
+class OutrunPersister:
+    """A persister whose every copy is overtaken by the workers reusing the slot."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def call(self, command: dict[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        return {"op": "persist-failed", "step": command["step"], "overwritten": True,
+                "error": "rank 1: snapshot 3 was overwritten (now 5)"}
+
+    async def close(self) -> None:
+        return None
+
+
+def test_snapshots_overwritten_while_persisting_are_not_a_directory_failure(
+        tmp_path: Path, slots: SnapshotSlots, writer: Callable[..., int],
+        make_state: Callable[..., dict[str, Any]], caplog: pytest.LogCaptureFixture) -> None:
+    """Workers outrunning the copy say nothing of the checkpoint directory: no warning that it
+    failed, and no directory error behind the disk's lag."""
+    for rank in range(2):
+        writer(slots, rank, 0, make_state(3, rank), step=3)
+    fake = OutrunPersister()
+    recorded: list[events.Event] = []
+    memory = CheckpointMemory(
+        CheckpointSettings(checkpoint_dir=tmp_path), job=JOB, world_size=2,
+        directory=CheckpointDirectory(tmp_path), slots=slots,
+        persister=fake,  # type: ignore[arg-type]
+        record=recorded.append, clock=clocks.SystemClock())
+
+    with caplog.at_level("INFO", logger="trainguard.agent.checkpoint_memory"):
+        assert asyncio.run(memory.flush()) is False
+
+    assert fake.calls == 3
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert "not persisted: its snapshot was overwritten 3 times" in caplog.text
+    lag = memory.lag()
+    assert lag is not None
+    assert (lag.memory_step, lag.error) == (3, "")

@@ -248,7 +248,10 @@ class CheckpointMemory:
                 if not reply.get("overwritten"):
                     return False  # _persist reported it
                 if attempt == _PERSIST_ATTEMPTS:
-                    self._failed(newest[0], str(reply["error"]))
+                    # The workers outran the copy, which says nothing of the directory: a
+                    # later step is written when the persister gets the CPU in time.
+                    logger.info("step %d not persisted: its snapshot was overwritten %d times "
+                                "while being written (%s)", newest[0], attempt, reply["error"])
                     return False
             return False
 
