@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from trainguard.controller import policy
 from trainguard.faults import events
 from trainguard.report import api
 from trainguard.store import api as store_api
@@ -76,10 +77,19 @@ class _Open:
             step=self.data.get("last_step"), occurred=self.occurred, detected=self.detected,
             recovered=(self.occurred + float(recovery["recover_seconds"])
                        if recovery is not None else None),
-            strategy=str(recovery["strategy"]) if recovery is not None else self.strategy,
+            strategy=_shown(str(recovery["strategy"]) if recovery is not None
+                            else self.strategy),
             steps_lost=int(recovery["steps_lost"]) if recovery is not None else None,
             restored_from=(f"{recovery['restore_source']}@{recovery['restore_step']}"
                            if recovery is not None else None))
+
+
+def _shown(strategy: str) -> str:
+    """A recorded strategy (the original's name) in the words the console uses."""
+    try:
+        return policy.Strategy(strategy).shown
+    except ValueError:  # none decided yet, or a name from another version
+        return strategy
 
 
 def build(recorded: Sequence[store_api.StoredEvent]) -> api.RunReport:
