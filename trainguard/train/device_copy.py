@@ -26,6 +26,7 @@ buffers copied into the slot afterwards. Why this is sound, and better:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -98,6 +99,20 @@ def copy_to_host(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
         copy.wait()
 
 
+def _drain_last_error() -> None:
+    """Take a refused registration's error off the CUDA runtime.
+
+    The runtime keeps the error of a failed call as its "last error" until
+    ``cudaGetLastError`` reads it; torch's binding of ``cudaHostRegister`` does not read it,
+    and torch checks ``cudaGetLastError`` after each kernel launch, so the next kernel of
+    training would fail with this error. The binding has no ``cudaGetLastError``: one trivial
+    kernel launched here reads (and so clears) it, raising once, which is dropped. Only a
+    sticky error (a broken context) survives this, and it would fail the next kernel anyway.
+    """
+    with contextlib.suppress(RuntimeError):
+        torch.ones(1, device="cuda").add_(1)
+
+
 class HostRegistration:
     """A host buffer's pages registered with CUDA for as long as this holds them."""
 
@@ -130,6 +145,7 @@ class HostRegistration:
             _REGISTER_PORTABLE)
         if int(code) != 0:
             self._refused = True
+            _drain_last_error()
             logger.warning("cudaHostRegister of %s refused (%s): snapshots of CUDA tensors "
                            "into it are synchronous copies through pageable memory",
                            self._name, runtime.cudaGetErrorString(code))  # type: ignore[attr-defined]
