@@ -40,7 +40,7 @@ import torch.distributed as dist
 from benchmarks import common
 from trainguard.train import process_group, snapshot
 
-_PROBE_TIMEOUT = 90.0
+_PROBE_TIMEOUT = 60.0
 
 
 def _environment(device: str) -> dict[str, Any]:
