@@ -4,9 +4,10 @@ going back to the device they were saved from."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,56 @@ def test_a_tensor_saved_on_a_device_this_process_lacks_is_refused_by_name(
     with pytest.raises(snapshot.SnapshotError,
                        match=r"saved on cuda:0, but this process sees 0 cuda device"):
         snapshot.read_snapshot(str(tmp_path / "slot"))
+
+
+class _CudaCalls:
+    """torch.cuda's streams and events, recording what the copy does with them (the sources
+    stay CPU tensors, so the copies themselves run)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.log: list[str] = []
+        calls = self
+
+        class Stream:
+            def __init__(self, device: torch.device) -> None:
+                calls.log.append(f"new stream on {device}")
+
+            def wait_stream(self, other: object) -> None:
+                calls.log.append(f"side waits for {other}")
+
+        class Event:
+            def record(self, stream: object) -> None:
+                calls.log.append("record")
+
+            def synchronize(self) -> None:
+                calls.log.append("host waits")
+
+            def wait(self, stream: object = None) -> None:
+                raise AssertionError("a stream wait: the host would not wait for the copy")
+
+        @contextlib.contextmanager
+        def on(stream: object) -> Iterator[None]:
+            calls.log.append("enter side")
+            yield
+            calls.log.append("leave side")
+
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "stream", on)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device: "the compute stream")
+
+
+def test_cuda_copies_follow_the_step_on_a_side_stream_and_the_host_waits_for_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _CudaCalls(monkeypatch)
+    engine = device_copy.CudaCopies()
+    device = torch.device("cuda", 0)
+    targets = [torch.zeros(3), torch.zeros(3)]
+    for _ in range(2):
+        pending = engine.start(device, [(targets[0], torch.ones(3)), (targets[1],
+                                                                       torch.full((3,), 2.0))])
+        pending.wait()
+    assert calls.log == ["new stream on cuda:0"] + [
+        "side waits for the compute stream", "enter side", "record", "leave side",
+        "host waits"] * 2  # one side stream, reused
+    assert torch.equal(targets[1], torch.full((3,), 2.0))

@@ -55,9 +55,15 @@ class DeviceCopies(Protocol):
         """Begin copying each (host target, device source) pair; returns what to wait on."""
 
 
-class _Done:
+class _Recorded:
+    """Copies that end with an event: waited on from the host (``Event.wait`` would only make
+    a stream wait, and the snapshot would be committed before its bytes are in)."""
+
+    def __init__(self, done: torch.cuda.Event) -> None:
+        self._done = done
+
     def wait(self) -> None:
-        """Nothing is in flight."""
+        self._done.synchronize()
 
 
 class CudaCopies:
@@ -77,7 +83,7 @@ class CudaCopies:
                 target.copy_(source, non_blocking=True)
             done = torch.cuda.Event()  # type: ignore[no-untyped-call]
             done.record(side)
-        return done
+        return _Recorded(done)
 
 
 def copy_to_host(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
