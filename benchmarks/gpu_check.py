@@ -68,14 +68,15 @@ def _synchronize(device: torch.device) -> None:
 
 
 def _timed(action: Callable[[], object], device: torch.device, repeats: int) -> list[float]:
-    """Seconds per call, the first (warm-up) left out; work queued before is finished first."""
+    """Seconds per call, the first (warm-up: it also registers a slot) included first; work
+    queued before is finished first."""
     seconds = []
     for _ in range(repeats + 1):
         _synchronize(device)
         started = time.perf_counter()
         action()
         seconds.append(time.perf_counter() - started)
-    return seconds[1:]
+    return seconds
 
 
 def _slot_path(nbytes: int, name: str) -> Path:
@@ -104,7 +105,7 @@ def snapshot_stall(megabytes: int, device: torch.device, repeats: int) -> dict[s
 
     result: dict[str, Any] = {"state_bytes": nbytes,
                               "raw_copy_seconds": statistics.median(
-                                  _timed(raw_copy, device, repeats))}
+                                  _timed(raw_copy, device, repeats)[1:])}
     for registered in (True, False):
         path = _slot_path(prepared.nbytes, f"slot-{registered}")
         slot = snapshot.MappedSlot(str(path), register_with_cuda=registered)
@@ -112,12 +113,15 @@ def snapshot_stall(megabytes: int, device: torch.device, repeats: int) -> dict[s
             def write(slot: snapshot.MappedSlot = slot) -> None:
                 slot.write(prepared, step=1, generation=0, rank=0, world_size=1)
 
-            seconds = statistics.median(_timed(write, device, repeats))
+            seconds = _timed(write, device, repeats)
+            locked = slot.page_locked
         finally:
             slot.close()
         key = "snapshot_seconds" if registered else "snapshot_pageable_seconds"
-        result[key] = seconds
+        result[key] = statistics.median(seconds[1:])
         if registered:
+            result["first_snapshot_seconds"] = seconds[0]  # with cudaHostRegister
+            result["slot_page_locked"] = locked
             started = time.perf_counter()
             _, restored = snapshot.read_snapshot(str(path))
             _synchronize(device)

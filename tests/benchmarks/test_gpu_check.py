@@ -51,6 +51,7 @@ def test_the_cpu_path_measures_the_stall_and_recovers_a_kill_in_place(
     assert stall["restored_bitwise"]
     assert stall["restored_on"] == ["cpu"]
     assert stall["snapshot_seconds"] > 0
+    assert stall["slot_page_locked"] is False  # CPU tensors: nothing to register for
     assert stall["raw_copy_seconds"] > 0
     recovery = result["recovery"]
     assert recovery["backend"] == "gloo"

@@ -134,6 +134,11 @@ class MappedSlot:
         self._registration = (device_copy.HostRegistration(self.bytes, name=path)
                               if register_with_cuda else None)
 
+    @property
+    def page_locked(self) -> bool:
+        """Whether CUDA copies land in this slot asynchronously (its pages are registered)."""
+        return self._registration is not None and self._registration.registered
+
     def close(self) -> None:
         if self._registration is not None:
             self._registration.release()
