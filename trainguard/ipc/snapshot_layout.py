@@ -5,7 +5,8 @@ copies bytes and never interprets tensors. Layout (little-endian)::
 
     [0, 4096)            header, struct HEADER_FORMAT (fields of SnapshotHeader, in order)
     [table_offset, +len) UTF-8 JSON {"tensors": [{"dtype", "shape", "offset", "nbytes"}, ...]};
-                         offset is relative to payload_offset; dtype is torch's name ("float32")
+                         offset is relative to payload_offset; dtype is torch's name ("float32");
+                         "device" ("cuda:0") only for a tensor that was not on the CPU
     [skeleton_offset,..) a pickle of the state tree in which tensor i is pickle persistent id i
     [payload_offset, ..) tensor bytes, each tensor contiguous and 64-byte aligned
 
@@ -155,11 +156,15 @@ class TensorEntry:
     shape: tuple[int, ...]
     offset: int
     nbytes: int
+    device: str = "cpu"
+    """Where the tensor lived when it was saved (torch's name, ``cuda:0``), and where a restore
+    puts it back; written only when not ``cpu``, so loaders that ignore it get CPU tensors."""
 
 
 def encode_table(entries: Sequence[TensorEntry]) -> bytes:
     tensors = [
-        {"dtype": e.dtype, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes}
+        {"dtype": e.dtype, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes,
+         **({"device": e.device} if e.device != "cpu" else {})}
         for e in entries
     ]
     return json.dumps({"tensors": tensors}, separators=(",", ":")).encode()
@@ -175,6 +180,7 @@ def decode_table(data: bytes) -> list[TensorEntry]:
                 shape=tuple(int(size) for size in item["shape"]),
                 offset=int(item["offset"]),
                 nbytes=int(item["nbytes"]),
+                device=str(item.get("device", "cpu")),
             )
             for item in body["tensors"]
         ]

@@ -58,7 +58,8 @@ class AgentMemoryBackend:
     def _slot(self, slot: int, nbytes: int) -> snapshot.MappedSlot:
         mapped = self._mapped.get(slot)
         if mapped is None and self._slot_paths[slot]:
-            mapped = self._mapped[slot] = snapshot.MappedSlot(self._slot_paths[slot])
+            mapped = self._mapped[slot] = snapshot.MappedSlot(
+                self._slot_paths[slot], register_with_cuda=True)
         if mapped is not None and mapped.capacity >= nbytes:
             return mapped
         request_id = self._link.next_request_id()
@@ -70,7 +71,7 @@ class AgentMemoryBackend:
         if mapped is not None:
             mapped.close()
         self._slot_paths[slot] = reply.path
-        self._mapped[slot] = mapped = snapshot.MappedSlot(reply.path)
+        self._mapped[slot] = mapped = snapshot.MappedSlot(reply.path, register_with_cuda=True)
         return mapped
 
     def load(self) -> state_backend.Loaded:

@@ -1,10 +1,12 @@
 """Cutting a generation's communicator, so that no rank waits on it.
 
-torch 2.13's gloo has no working abort: ``ProcessGroupGloo.abort()`` leaves its connections
-open, so peers blocked in a collective with this rank stay blocked until the process-group
-timeout (30 minutes by default). And destroying a gloo group, or the DDP reducer that holds it,
-can deadlock: the destructor joins gloo's worker thread while holding the GIL, and that thread
-may need the GIL to free a finished work item. So a generation is left in two moves:
+An NCCL communicator is aborted through torch (:func:`.process_group.abort_nccl`), which ends
+its kernels still waiting on a peer. torch 2.13's gloo has no working abort:
+``ProcessGroupGloo.abort()`` leaves its connections open, so peers blocked in a collective with
+this rank stay blocked until the process-group timeout (30 minutes by default). And destroying
+a gloo group, or the DDP reducer that holds it, can deadlock: the destructor joins gloo's worker
+thread while holding the GIL, and that thread may need the GIL to free a finished work item. So
+a gloo generation is left in two moves:
 
 * its connected TCP sockets are shut down (``shutdown(2)`` on a duplicate descriptor): every
   pending and later collective on them fails at once, here and at every peer, which then cuts
@@ -27,6 +29,8 @@ import contextlib
 import ctypes
 import os
 import socket
+
+from trainguard.train import process_group
 
 __all__ = ["Communicator", "abandon"]
 
@@ -51,9 +55,10 @@ class Communicator:
         self._before = set(_sockets().values())
 
     def cut(self) -> int:
-        """Shut every connected TCP socket of the generation down; returns how many. Safe from
-        any thread."""
-        count = 0
+        """Abort the generation's NCCL communicators, then shut every connected TCP socket of
+        the generation down (gloo's, the store's); returns how many of both. Safe from any
+        thread."""
+        count = process_group.abort_nccl()
         for descriptor, name in _sockets().items():
             if name in self._before:
                 continue

@@ -1,5 +1,19 @@
-"""What the session does with torch.distributed: wait for a generation's store, drop a left
-generation's process group, and move a rank's state between replicas (R6)."""
+"""What the session does with torch.distributed: wait for a generation's store, leave a
+generation's process groups, and move a rank's state between replicas (R6).
+
+Leaving depends on the backend. NCCL communicators are aborted through torch
+(``ProcessGroupNCCL.abort()``, from any thread: it is what torch's own watchdog calls; then
+``_abort_process_group`` unregisters every group), which ends their kernels still waiting on a
+peer. Gloo has no working abort (:mod:`.communicator` cuts its sockets instead), so a gloo-only
+generation is unregistered with ``destroy_process_group``. Under :meth:`Session.run` the NCCL
+watchdog is told to clean up after an error without ending the process
+(``TORCH_NCCL_ASYNC_ERROR_HANDLING=2``, unless the user set it): the rank then leaves its
+generation instead of dying.
+
+A rank's state travels as one CPU byte tensor. When the job's group cannot carry CPU tensors
+(``init_process_group("nccl")``), it goes over a gloo group of the sender and that receiver,
+formed by those two ranks alone (``use_local_synchronization``), so no other rank takes part.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +22,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 import torch
@@ -17,7 +32,11 @@ from torch.distributed import distributed_c10d
 from trainguard.ipc import messages, snapshot_layout
 from trainguard.train import snapshot
 
-__all__ = ["ExchangeError", "await_store", "drop", "exchange_state"]
+__all__ = ["ExchangeError", "abort_nccl", "await_store", "drop", "exchange_state",
+           "keep_process_on_nccl_errors"]
+
+_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+_CLEAN_UP_ONLY = "2"  # abort the communicators, raise in the waiting work, keep the process
 
 
 class ExchangeError(RuntimeError):
@@ -40,13 +59,68 @@ def await_store(aborting: threading.Event, *, timeout: float = 60.0) -> None:
         time.sleep(0.005)
 
 
-def drop() -> list[object]:
-    """Unregister every process group; returns them, to be abandoned (see communicator)."""
+def keep_process_on_nccl_errors(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Let an NCCL error or timeout reach the training thread instead of ending the process
+    (torch's default, 3, tears the process down); read when an NCCL group is created."""
+    environ.setdefault(_ERROR_HANDLING, _CLEAN_UP_ONLY)
+
+
+def _nccl(group: dist.ProcessGroup) -> Any:
+    """The group's NCCL backend, or None."""
+    if not dist.is_nccl_available():
+        return None
+    try:
+        backend = group._get_backend(torch.device("cuda"))
+    except RuntimeError:  # no backend for CUDA tensors in this group
+        return None
+    return backend if isinstance(backend, dist.ProcessGroupNCCL) else None
+
+
+def _groups() -> list[dist.ProcessGroup]:
     if not (dist.is_available() and dist.is_initialized()):
         return []
-    groups: list[object] = list(distributed_c10d._world.pg_map)
-    dist.destroy_process_group()
-    return groups
+    return list(distributed_c10d._world.pg_map)
+
+
+def abort_nccl() -> int:
+    """Abort the NCCL communicator of every registered group; returns how many. Safe from any
+    thread, and more than once."""
+    backends = [backend for backend in map(_nccl, _groups()) if backend is not None]
+    for backend in backends:
+        backend.abort()
+    return len(backends)
+
+
+def drop() -> list[object]:
+    """Unregister every process group (aborting NCCL's); returns them, to be abandoned (see
+    communicator)."""
+    groups = _groups()
+    if any(_nccl(group) is not None for group in groups):
+        distributed_c10d._abort_process_group()
+    elif groups:
+        dist.destroy_process_group()
+    return list(groups)
+
+
+def _carries_cpu_tensors() -> bool:
+    """Whether the job's default group has a backend for CPU tensors."""
+    return any(device.startswith("cpu:")
+               for device in dist.get_backend_config().split(","))
+
+
+def _cpu_group(peer: int) -> dist.ProcessGroup | None:
+    """The group that carries CPU tensors between this rank and ``peer``: None for the default
+    group, else a gloo group of the two (both call this; no other rank needs to)."""
+    if _carries_cpu_tensors():
+        return None
+    pair = sorted((dist.get_rank(), peer))
+    for existing in _groups():  # formed by an earlier exchange of this generation
+        if (existing is not dist.group.WORLD and dist.get_process_group_ranks(existing) == pair
+                and dist.get_backend(existing) == dist.Backend.GLOO):
+            return existing
+    group = dist.new_group(pair, backend="gloo", use_local_synchronization=True)
+    assert isinstance(group, dist.ProcessGroup)  # this rank is a member
+    return group
 
 
 def exchange_state(plan: messages.RestorePlan
@@ -65,16 +139,18 @@ def exchange_state(plan: messages.RestorePlan
         raise ExchangeError("the state comes from a data-parallel peer this time, which needs "
                             "the process group: call restore() after init_process_group()")
     if plan.source is messages.RestoreSource.PEER and plan.peer is not None:
+        group = _cpu_group(plan.peer)
         size = torch.zeros(1, dtype=torch.int64)
-        dist.recv(size, src=plan.peer)
+        dist.recv(size, src=plan.peer, group=group)
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
-        dist.recv(payload, src=plan.peer)
+        dist.recv(payload, src=plan.peer, group=group)
         name = f"rank {plan.peer}'s snapshot"
     else:
         payload = snapshot.snapshot_bytes(plan.path)  # read once, for every receiver
         for rank in plan.send_to:
-            dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst=rank)
-            dist.send(payload, dst=rank)
+            group = _cpu_group(rank)
+            dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst=rank, group=group)
+            dist.send(payload, dst=rank, group=group)
         name = plan.path
     # Copied out: the restored state (an optimizer's, say) may keep the tensors it is given.
     return snapshot.decode(payload.numpy().data, name=name)

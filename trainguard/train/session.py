@@ -244,6 +244,7 @@ class Session:
         if not self._agent:
             return train()
         self._in_process = True
+        process_group.keep_process_on_nccl_errors()  # an NCCL error leaves the generation
         self._link.send(messages.RecoverySupported(["retry", "recover-in-place", "recover"]))
         while True:
             self._communicator = communicator.Communicator()

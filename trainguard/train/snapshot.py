@@ -2,7 +2,10 @@
 
 The state tree is pickled with every tensor replaced by a persistent id, so pickling costs
 microseconds whatever the model size; the tensors' bytes are then copied straight into the
-memory-mapped slot with ``Tensor.copy_``, which is the stall training pays.
+memory-mapped slot, which is the stall training pays: ``Tensor.copy_`` for CPU tensors, an
+asynchronous device-to-host copy on a side stream for CUDA tensors (:mod:`.device_copy`), and
+the snapshot is committed only once every copy is done. A restore puts each tensor back on the
+device it was saved from.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import torch
 
 from trainguard.ipc import snapshot_layout
+from trainguard.train import device_copy
 
 __all__ = [
     "MappedSlot",
@@ -93,7 +97,7 @@ def prepare(tree: Any) -> Prepared:
     for tensor in tensors:
         nbytes = tensor.numel() * tensor.element_size()
         entries.append(snapshot_layout.TensorEntry(
-            _dtype_name(tensor.dtype), tuple(tensor.shape), offset, nbytes))
+            _dtype_name(tensor.dtype), tuple(tensor.shape), offset, nbytes, str(tensor.device)))
         offset = snapshot_layout.align(offset + nbytes)
     table = snapshot_layout.encode_table(entries)
     head = snapshot_layout.HEADER_SIZE + len(table) + len(skeleton)
@@ -104,7 +108,17 @@ def prepare(tree: Any) -> Prepared:
 class MappedSlot:
     """One shared-memory slot mapped into this process for writing."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, register_with_cuda: bool = False,
+                 engines: dict[str, device_copy.DeviceCopies] | None = None) -> None:
+        """Map the slot.
+
+        Args:
+            register_with_cuda: page-lock the mapping with CUDA the first time CUDA tensors
+                are written into it, so they are copied asynchronously and straight in: for a
+                slot reused snapshot after snapshot, not for a file written once.
+            engines: how tensors of each device type are copied (default: CUDA's side
+                streams); others are copied synchronously.
+        """
         descriptor = os.open(path, os.O_RDWR)
         try:
             self.capacity = os.fstat(descriptor).st_size
@@ -115,8 +129,19 @@ class MappedSlot:
             os.close(descriptor)
         self.bytes = torch.frombuffer(self.memory, dtype=torch.uint8)
         self.path = path
+        self._engines: dict[str, device_copy.DeviceCopies] = (
+            engines if engines is not None else {"cuda": device_copy.CudaCopies()})
+        self._registration = (device_copy.HostRegistration(self.bytes, name=path)
+                              if register_with_cuda else None)
+
+    @property
+    def page_locked(self) -> bool:
+        """Whether CUDA copies land in this slot asynchronously (its pages are registered)."""
+        return self._registration is not None and self._registration.registered
 
     def close(self) -> None:
+        if self._registration is not None:
+            self._registration.release()
         del self.bytes
         self.memory.close()
 
@@ -136,11 +161,16 @@ class MappedSlot:
         self.memory[snapshot.table_offset : snapshot.skeleton_offset] = snapshot.table
         end = snapshot.skeleton_offset + len(snapshot.skeleton)
         self.memory[snapshot.skeleton_offset : end] = snapshot.skeleton
+        pairs = []
         for tensor, entry in zip(snapshot.tensors, snapshot.entries, strict=True):
             if entry.nbytes:
                 start = snapshot.payload_offset + entry.offset
                 target = self.bytes[start : start + entry.nbytes].view(tensor.dtype)
-                target.view(tensor.shape).copy_(tensor)
+                pairs.append((target.view(tensor.shape), tensor))
+        if self._registration is not None and any(t.is_cuda for _, t in pairs):
+            self._registration.ensure()
+        # Returns once every byte is in the slot: only then is the snapshot committed below.
+        device_copy.copy_to_host(pairs, engines=self._engines)
         header = snapshot_layout.SnapshotHeader(
             seq=writing, step=step, generation=generation, rank=rank, world_size=world_size,
             table_offset=snapshot.table_offset, table_len=len(snapshot.table),
@@ -229,12 +259,14 @@ def decode(memory: Any, *, name: str,
         tensors = []
         for entry in entries:
             dtype = getattr(torch, entry.dtype)
+            device = _restore_device(entry.device, name=name)
             start = header.payload_offset + entry.offset
-            if entry.nbytes:
-                view = raw[start : start + entry.nbytes].view(dtype).view(entry.shape)
-                tensors.append(copy(view))
-            else:
-                tensors.append(torch.empty(entry.shape, dtype=dtype))
+            if not entry.nbytes:
+                tensors.append(torch.empty(entry.shape, dtype=dtype, device=device))
+                continue
+            view = raw[start : start + entry.nbytes].view(dtype).view(entry.shape)
+            # A copy onto the device is already a copy out of the buffer.
+            tensors.append(copy(view) if device.type == "cpu" else view.to(device))
         del raw
 
         class _Unpickler(pickle.Unpickler):
@@ -245,3 +277,23 @@ def decode(memory: Any, *, name: str,
     except snapshot_layout.LayoutError as error:
         raise SnapshotError(f"{name}: {error}") from error
     return header, tree
+
+
+def _restore_device(saved: str, *, name: str) -> torch.device:
+    """The device a tensor saved on ``saved`` goes back to: the same one (device indices are
+    kept across restarts, also for a rank moved to a spare: docs/device-placement.md).
+
+    Raises:
+        SnapshotError: this process does not have that device.
+    """
+    device = torch.device(saved)
+    if device.type == "cpu":
+        return device
+    module = getattr(torch, device.type, None)
+    count = module.device_count() if module is not None and module.is_available() else 0
+    if (device.index or 0) >= count:
+        raise SnapshotError(
+            f"{name} holds tensors saved on {saved}, but this process sees {count} "
+            f"{device.type} device(s): restore where that device is visible, or load the "
+            "shard without trainguard (docs/checkpoint-format.md), which gives CPU tensors")
+    return device
