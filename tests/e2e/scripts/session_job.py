@@ -21,8 +21,8 @@ parser.add_argument("--width", type=int, default=64)
 parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds added to each step")
 parser.add_argument("--ballast-mb", type=int, default=0, help="extra state to make snapshots big")
 parser.add_argument("--output", type=Path)
-parser.add_argument("--slow-snapshot-at", type=int, help="this snapshot step takes a second, "
-                    "and writes '<pid>' to --slow-snapshot-file inside it, in every rank")
+parser.add_argument("--slow-snapshot", metavar="RANK:STEP", help="that rank's snapshot of "
+                    "that step takes a second, and writes its pid to --slow-snapshot-file in it")
 parser.add_argument("--slow-snapshot-file", type=Path)
 args = parser.parse_args()
 
@@ -30,13 +30,13 @@ args = parser.parse_args()
 class SlowSnapshot:
     """State whose snapshot of one step is slow: a test can act while a rank is inside it."""
 
-    def __init__(self) -> None:
-        self.step = 0
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.slow_step, self.step = rank, step, 0
 
     def state_dict(self) -> dict[str, int]:
-        if self.step == args.slow_snapshot_at and args.slow_snapshot_file is not None:
-            path = args.slow_snapshot_file.with_suffix(f".{dist.get_rank()}")
-            path.write_text(str(os.getpid()))
+        if (self.step, dist.get_rank()) == (self.slow_step, self.rank) and (
+                args.slow_snapshot_file is not None):
+            args.slow_snapshot_file.write_text(str(os.getpid()))
             time.sleep(1.0)
         return {"step": self.step}
 
@@ -50,8 +50,8 @@ rank = dist.get_rank()
 model = nn.Sequential(nn.Linear(args.width, args.width), nn.Tanh(), nn.Linear(args.width, 1))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 state: dict[str, object] = {"model": model, "optimizer": optimizer, "extra": {"seen": 0}}
-slow = SlowSnapshot()
-if args.slow_snapshot_at is not None:
+slow = SlowSnapshot(*(int(part) for part in (args.slow_snapshot or "-1:-1").split(":")))
+if args.slow_snapshot is not None:
     state["slow"] = slow
 if args.ballast_mb:
     state["ballast"] = torch.zeros(args.ballast_mb * 2**20 // 4)
