@@ -1,13 +1,12 @@
-"""What the session does with torch.distributed: wait for a generation's store, drop a left
-generation's process group, and move a rank's state between replicas (R6)."""
+"""What the session does with torch.distributed: drop a left generation's process group, and
+move a rank's state between replicas (R6).
+
+No rank waits for its generation's rendezvous store: the agent hosts it before any worker of
+the generation starts or is told to rejoin (:mod:`.rendezvous_host`), so ``init_process_group``
+connects at once and never meets its connect backoff."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import threading
-import time
 from typing import Any
 
 import torch
@@ -17,27 +16,11 @@ from torch.distributed import distributed_c10d
 from trainguard.ipc import messages, snapshot_layout
 from trainguard.train import snapshot
 
-__all__ = ["ExchangeError", "await_store", "drop", "exchange_state"]
+__all__ = ["ExchangeError", "drop", "exchange_state"]
 
 
 class ExchangeError(RuntimeError):
     """The state cannot come over the network this way; the message says what to change."""
-
-
-def await_store(aborting: threading.Event, *, timeout: float = 60.0) -> None:
-    """Until the generation's rendezvous store accepts connections (the agent hosts it:
-    :mod:`.rendezvous_host`), ``aborting`` is set, or ``timeout`` seconds.
-
-    A rank that reaches ``init_process_group`` before the store exists retries with a backoff
-    that grows to about a second; polling here first lets it connect at once.
-    """
-    address = (os.environ.get("MASTER_ADDR", "127.0.0.1"),
-               int(os.environ.get("MASTER_PORT", "0")))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not aborting.is_set():
-        with contextlib.suppress(OSError), socket.create_connection(address, timeout=1.0):
-            return
-        time.sleep(0.005)
 
 
 def drop() -> list[object]:
