@@ -331,13 +331,20 @@ def test_busy_deadline_is_capped_by_the_busy_timeout_and_survives_a_restart() ->
     assert (late.waiting_for, late.deadline_seconds) == ("restore", 120.0)
 
 
-def test_an_abandoned_busy_period_is_not_an_observation() -> None:
-    detector = _detector()
+def test_busy_work_cut_short_makes_the_next_deadline_grow() -> None:
+    detector = _detector(dataclasses.replace(SETTINGS, busy_floor=5.0, busy_timeout=1000.0))
     detector.start(0, at=0.0)
-    detector.activity(0, CHECKPOINT, True, at=1.0)
-    detector.start(0, at=5.0)  # the process was replaced in its checkpoint
+    _busy(detector, 0, messages.ActivityKind.RESTORE, 0.0, 0.3)  # from memory: 5 s deadline
+    detector.start(0, at=10.0)
+    detector.activity(0, messages.ActivityKind.RESTORE, True, at=11.0)  # from disk, slower
+    assert [o.rank for o in detector.overdue(now=16.5)] == [0]
 
-    assert detector.busy_deadline(CHECKPOINT) == SETTINGS.busy_timeout
+    detector.forget(0, at=16.5)  # the agent ended it: it lasted at least 5.5 s
+    assert detector.busy_deadline(messages.ActivityKind.RESTORE) == 55.0
+    detector.start(0, at=20.0)
+    detector.activity(0, messages.ActivityKind.RESTORE, True, at=21.0)  # the same work again
+    detector.start(0, at=40.0)  # replaced while busy counts as well: 19 s
+    assert detector.busy_deadline(messages.ActivityKind.RESTORE) == 190.0
 
 
 # --- stopped processes --------------------------------------------------------------------------
@@ -397,8 +404,8 @@ def test_forget_stops_watching_a_rank() -> None:
     detector.start(0, at=0.0)
     detector.start(1, at=0.0)
 
-    detector.forget(0)
-    detector.forget(5)  # unknown: nothing happens
+    detector.forget(0, at=0.0)
+    detector.forget(5, at=0.0)  # unknown: nothing happens
 
     assert [o.rank for o in detector.overdue(now=1000.0)] == [1]
     detector.mark(0, BEGIN, at=1000.0)  # marks of a forgotten rank are ignored

@@ -291,7 +291,7 @@ class NodeAgent:
             return
         worker.returncode = returncode
         worker.exited_at = self._clock.monotonic()
-        self._detector.forget(worker.rank)
+        self._detector.forget(worker.rank, at=worker.exited_at)
         generation.exited()
         self._changed.set()
         if worker.stopping and not worker.ended_after_finishing:
@@ -382,7 +382,7 @@ class NodeAgent:
                    for pump in (worker.stdout, worker.stderr)]
         await asyncio.wait(streams, timeout=2.0)
         for worker in generation.workers.values():
-            self._detector.forget(worker.rank)
+            self._detector.forget(worker.rank, at=self._clock.monotonic())
             if worker.link is not None:
                 worker.link.close()
         generation.settle(process.GenerationOutcome(process.OutcomeKind.STOP_REQUESTED))
@@ -456,13 +456,13 @@ class NodeAgent:
             case messages.LeftGeneration(generation=number):
                 if number == generation.number:
                     worker.left = message
-                    self._detector.forget(worker.rank)
+                    self._detector.forget(worker.rank, at=message.time)
                     self._changed.set()
                     if not worker.stopping and not generation.outcome.done():
                         self._attribution.left(generation, worker, message)
             case messages.Finished(time=at):
                 worker.finished_at = at
-                self._detector.forget(worker.rank)
+                self._detector.forget(worker.rank, at=at)
             case messages.StopRequested():
                 generation.settle(process.GenerationOutcome(
                     process.OutcomeKind.STOP_REQUESTED,

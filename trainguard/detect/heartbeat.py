@@ -118,10 +118,19 @@ class HangDetector:
 
     def start(self, rank: int, *, at: float) -> None:
         """A (new) process for ``rank`` started at ``at``; forget its previous process."""
+        self.forget(rank, at=at)
         self._ranks[rank] = _RankState(started_at=at)
 
-    def forget(self, rank: int) -> None:
-        self._ranks.pop(rank, None)
+    def forget(self, rank: int, *, at: float) -> None:
+        """Stop watching ``rank`` (its process exited or left) at ``at``.
+
+        Busy work it was doing counts as a period of at least that length: when its deadline
+        was too short for the work, the next one grows by ``factor``, instead of cutting the
+        same work short on every attempt.
+        """
+        state = self._ranks.pop(rank, None)
+        if state is not None and state.busy is not None:
+            self._busy_periods[state.busy].append(max(0.0, at - state.busy_since))
 
     def mark(self, rank: int, phase: messages.StepPhase, *, at: float) -> None:
         state = self._ranks.get(rank)
