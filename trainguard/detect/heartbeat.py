@@ -50,7 +50,7 @@ class HeartbeatSettings:
     busy_floor: float = 60.0
     """Shortest deadline for a checkpoint, a restore or declared busy work, seconds (busy work
     otherwise gets factor x the longest period of its kind seen). 60 s: a first snapshot after a
-    restart also maps its memory (up to 17x the copy, FINDINGS.md), and a restore that came
+    restart also maps its memory (up to 17x the copy alone), and a restore that came
     from memory may come from disk next time; a stopped process is caught sooner anyway."""
     stopped_timeout: float = 1.0
     """Seconds a worker's process may stay stopped (SIGSTOP, a debugger) before it is hung,
