@@ -12,7 +12,8 @@ process stays). For ``trainguard-retry`` the fault's time is when the error was 
 - detected: fault -> the launcher noticed (trainguard: its fault-detected event; torchrun: the
   first line its elastic agent logs about the failure);
 - recovered: fault -> every rank has begun a step in the new attempt;
-- steps lost: completed steps before the fault that the new attempt had to redo.
+- steps lost: completed steps before the fault that the new attempt had to redo;
+- init group: the longest ``init_process_group`` of a rank in the new attempt.
 
 With ``--fault hang`` each trial stops the rank at a random moment: a random point after it began
 a step (within the step, or the snapshot after it), or inside its snapshot (``moment``
@@ -134,6 +135,8 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
         step_seconds = (steps[-1] - steps[-21]) / 20 if len(steps) > 21 else None
         resumed = min(m["step"] for m in marks if m["event"] == "begin"
                       and m["attempt"] > attempt)
+        grouped = [m["seconds"] for m in marks if m["event"] == "grouped"
+                   and m["attempt"] > attempt]
         if tool.startswith("trainguard"):
             detected = common.wait_until("the fault event", lambda: _detected_trainguard(workdir),
                                          timeout=60, process=group.process)
@@ -149,6 +152,7 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
         "detect_seconds": detect_seconds, "recover_seconds": back - fault_mono,
         "steps_lost": max(0, max(done, default=-1) + 1 - resumed), "resumed_at": resumed,
         "step_seconds": step_seconds,
+        "init_group_seconds": max(grouped, default=None),
     }
 
 
@@ -173,7 +177,8 @@ def main() -> None:
                 print(json.dumps({"trial": number, **result}), flush=True)
     summary = {
         tool: {key: common.median(r[key] for r in results if r["tool"] == tool)
-               for key in ("detect_seconds", "recover_seconds", "steps_lost", "step_seconds")}
+               for key in ("detect_seconds", "recover_seconds", "steps_lost", "step_seconds",
+                           "init_group_seconds")}
         for tool in args.tools.split(",")
     }
     for tool, values in summary.items():  # a hang target holds in every trial, not the median

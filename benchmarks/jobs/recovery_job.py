@@ -82,7 +82,9 @@ if "TRAINGUARD_AGENT_SOCKET" in os.environ:
 
 
 def train() -> None:
+    joining = time.monotonic()
     dist.init_process_group("gloo")
+    timeline.mark("grouped", seconds=time.monotonic() - joining)
     rank = dist.get_rank()
     if session is not None:
         start = session.restore(state)
