@@ -12,7 +12,12 @@ process stays). For ``trainguard-retry`` the fault's time is when the error was 
 - detected: fault -> the launcher noticed (trainguard: its fault-detected event; torchrun: the
   first line its elastic agent logs about the failure);
 - recovered: fault -> every rank has begun a step in the new attempt;
-- steps lost: completed steps before the fault that the new attempt had to redo.
+- steps lost: completed steps before the fault that the new attempt had to redo;
+- init group: the longest ``init_process_group`` of a rank in the new attempt.
+
+With ``--fault hang`` each trial stops the rank at a random moment: a random point after it began
+a step (within the step, or the snapshot after it), or inside its snapshot (``moment``
+``snapshot``: the job stops itself there, jobs/recovery_job.py ``--stop-in-snapshot``).
 
 torchrun runs with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, without which it does not recover at
 all on this machine (FINDINGS.md), checkpointing with torch.save every 25 steps as its users do.
@@ -42,8 +47,9 @@ from trainguard import testing
 _TORCH_LOG = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*(failed|exitcode|Sending process)")
 
 
-def _command(tool: str, workdir: Path, steps: int) -> tuple[list[str], dict[str, str]]:
-    job = [str(common.JOBS / "recovery_job.py"), "--steps", str(steps)]
+def _command(tool: str, workdir: Path, steps: int,
+             job_flags: list[str]) -> tuple[list[str], dict[str, str]]:
+    job = [str(common.JOBS / "recovery_job.py"), "--steps", str(steps), *job_flags]
     env = {"BENCH_TIMELINE_DIR": str(workdir)}
     if tool.startswith("trainguard"):
         in_process = ["--in-process"] if tool != "trainguard" else []
@@ -85,16 +91,27 @@ def _detected_torchrun(log: Path, after_wall: float) -> float | None:
 def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"{tool}-", dir=root))
     victim, at_step = rng.randrange(4), rng.randrange(40, 120)
-    command, env = _command(tool, workdir, steps)
+    moment, delay = "crash", 0.0
+    if fault == "hang":  # more draws only here: crash trials keep their positions (DLRover's)
+        moment = rng.choice(("step", "snapshot")) if tool.startswith("trainguard") else "step"
+        delay = rng.uniform(0.0, 0.1)  # a random point of the step (or the snapshot after it)
+    in_snapshot = moment == "snapshot"
+    command, env = _command(tool, workdir, steps,
+                            ["--stop-in-snapshot", f"{victim}:{at_step}"] if in_snapshot else [])
     timeline = common.TimelineReader(workdir)
     with common.ProcessGroup(command, log=workdir / "launcher.log", env=env) as group:
+        event = "stopping" if in_snapshot else "begin"
         mark = common.wait_until(
             f"rank {victim} at step {at_step}",
-            lambda: next((m for m in timeline.read() if m["event"] == "begin"
+            lambda: next((m for m in timeline.read() if m["event"] == event
                           and m["rank"] == victim and m["step"] >= at_step), None),
             timeout=300, process=group.process)
+        if delay:
+            time.sleep(delay)
         fault_mono, fault_wall = time.monotonic(), time.time()
-        if tool == "trainguard-retry":
+        if in_snapshot:  # the job stopped itself inside its snapshot, right after the mark
+            fault_mono, fault_wall = mark["mono"], mark["wall"]
+        elif tool == "trainguard-retry":
             testing.inject_fault(workdir / "runs" / "bench", rank=victim,
                                  kind=testing.InjectionKind.MEMORY_ERROR)
         else:
@@ -118,6 +135,8 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
         step_seconds = (steps[-1] - steps[-21]) / 20 if len(steps) > 21 else None
         resumed = min(m["step"] for m in marks if m["event"] == "begin"
                       and m["attempt"] > attempt)
+        grouped = [m["seconds"] for m in marks if m["event"] == "grouped"
+                   and m["attempt"] > attempt]
         if tool.startswith("trainguard"):
             detected = common.wait_until("the fault event", lambda: _detected_trainguard(workdir),
                                          timeout=60, process=group.process)
@@ -128,10 +147,12 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
             wall = _detected_torchrun(group.log, fault_wall)
             detect_seconds = wall - fault_wall if wall is not None else None
     return {
-        "tool": tool, "fault": fault, "victim_rank": victim, "at_step": mark["step"],
+        "tool": tool, "fault": fault, "moment": moment, "victim_rank": victim,
+        "at_step": mark["step"],
         "detect_seconds": detect_seconds, "recover_seconds": back - fault_mono,
         "steps_lost": max(0, max(done, default=-1) + 1 - resumed), "resumed_at": resumed,
         "step_seconds": step_seconds,
+        "init_group_seconds": max(grouped, default=None),
     }
 
 
@@ -156,9 +177,13 @@ def main() -> None:
                 print(json.dumps({"trial": number, **result}), flush=True)
     summary = {
         tool: {key: common.median(r[key] for r in results if r["tool"] == tool)
-               for key in ("detect_seconds", "recover_seconds", "steps_lost", "step_seconds")}
+               for key in ("detect_seconds", "recover_seconds", "steps_lost", "step_seconds",
+                           "init_group_seconds")}
         for tool in args.tools.split(",")
     }
+    for tool, values in summary.items():  # a hang target holds in every trial, not the median
+        detects = [r["detect_seconds"] for r in results if r["tool"] == tool]
+        values["worst_detect_seconds"] = None if None in detects else max(detects, default=None)
     path = common.write_result(f"recovery-{args.fault}", {
         "trials": results, "medians": summary,
         "setup": "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "

@@ -68,13 +68,23 @@ def _recovery(lines: list[str]) -> None:
     if hang is not None:
         values = hang["medians"].get("trainguard", {})
         detect = values.get("detect_seconds")
+        worst = values.get("worst_detect_seconds", detect)  # older results have medians only
+        trials = [t for t in hang["trials"] if t["tool"] == "trainguard"]
+        inside = sum(1 for t in trials if t.get("moment") == "snapshot")
+        lost = sorted(t["steps_lost"] for t in trials)
         lines += [
             f"## A hung rank (SIGSTOP), {hang['when']}", "",
-            f"`{_command(hang)}`: {len(hang['trials'])} trials; medians. Step time about 0.1 s.",
+            f"`{_command(hang)}`: {len(hang['trials'])} trials ({inside} stopped inside the "
+            "snapshot, the others at a random point after a step began); medians. Step time "
+            "about 0.1 s.",
             "",
-            f"- fault -> detected: {_seconds(detect)}; fault -> every rank stepping again: "
-            f"{_seconds(values.get('recover_seconds'))}; steps lost: {values.get('steps_lost')}",
-            f"- hang detected within 3 s: {_verdict(None if detect is None else detect <= 3)}",
+            f"- fault -> detected: {_seconds(detect)} (worst {_seconds(worst)}); fault -> every "
+            f"rank stepping again: {_seconds(values.get('recover_seconds'))}; steps lost "
+            f"per trial: {lost}" + (" (a plain Session: a rank stopped before its snapshot of "
+                                    "the step the others completed is restored from its own, "
+                                    "older one)" if any(lost) else ""),
+            f"- hang detected within 3 s in every trial: "
+            f"{_verdict(None if worst is None else worst <= 3)}",
             "- torchrun, for comparison (FINDINGS.md, not re-measured): nothing for 30 minutes "
             "(gloo's timeout); about 96 s with a 60 s process-group timeout.",
             "",

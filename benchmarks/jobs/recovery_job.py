@@ -16,6 +16,7 @@ START = time.monotonic()
 import argparse  # noqa: E402 - the start mark is taken before the imports it measures
 import contextlib  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -38,6 +39,9 @@ parser.add_argument("--checkpoint-every", type=int, default=25)
 parser.add_argument("--checkpoint", type=Path, help="torch.save file (torchrun only)")
 parser.add_argument("--in-process", action="store_true",
                     help="train under Session.run (trainguard's process-level strategies)")
+parser.add_argument("--stop-in-snapshot", metavar="RANK:STEP",
+                    help="that rank stops itself (SIGSTOP) inside its snapshot of that step, "
+                         "in the first attempt, after a 'stopping' mark")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -46,7 +50,30 @@ model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width
                       nn.Linear(width, width))
 target = torch.randn(width, width, generator=torch.Generator().manual_seed(1))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-state = {"model": model, "optimizer": optimizer}
+state: dict[str, object] = {"model": model, "optimizer": optimizer}
+
+
+class StopInSnapshot:
+    """A piece of state whose state_dict() runs inside the snapshot: a place to stop in."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step, self.saving = rank, step, 0
+
+    def state_dict(self) -> dict[str, int]:
+        if (self.saving == self.step and timeline.rank == self.rank
+                and timeline.attempt == 0):
+            timeline.mark("stopping", self.saving)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return {}
+
+    def load_state_dict(self, saved: dict[str, int]) -> None:
+        """Nothing to restore: it only marks a place."""
+
+
+stopper = None
+if args.stop_in_snapshot:
+    stopper = StopInSnapshot(*(int(part) for part in args.stop_in_snapshot.split(":")))
+    state["stopper"] = stopper
 session = None
 if "TRAINGUARD_AGENT_SOCKET" in os.environ:
     import trainguard.train
@@ -55,7 +82,9 @@ if "TRAINGUARD_AGENT_SOCKET" in os.environ:
 
 
 def train() -> None:
+    joining = time.monotonic()
     dist.init_process_group("gloo")
+    timeline.mark("grouped", seconds=time.monotonic() - joining)
     rank = dist.get_rank()
     if session is not None:
         start = session.restore(state)
@@ -81,6 +110,8 @@ def train() -> None:
             optimizer.step()
         timeline.mark("end", step)
         if session is not None:
+            if stopper is not None:
+                stopper.saving = step + 1
             session.checkpoint(state, step=step + 1)
         elif (step + 1) % args.checkpoint_every == 0 and rank == 0 and args.checkpoint:
             draft = args.checkpoint.with_suffix(".draft")

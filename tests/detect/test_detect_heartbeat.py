@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import math
 import re
+from collections.abc import Callable
 
 import pytest
 from hypothesis import assume, given
@@ -38,6 +41,7 @@ def test_default_settings() -> None:
     assert (settings.floor, settings.cap, settings.factor, settings.window) == (2.0, 600.0,
                                                                                10.0, 50)
     assert (settings.startup_timeout, settings.busy_timeout) == (600.0, 1800.0)
+    assert (settings.busy_floor, settings.stopped_timeout) == (60.0, 1.0)
 
 
 @pytest.mark.parametrize(("changes", "text"), [
@@ -53,6 +57,8 @@ def test_default_settings() -> None:
     ({"startup_timeout": 0.0}, "heartbeat-startup-timeout must be > 0 seconds, got 0.0"),
     ({"busy_timeout": -3.0}, "heartbeat-busy-timeout must be > 0 seconds, got -3.0"),
     ({"busy_timeout": math.nan}, "heartbeat-busy-timeout must be > 0 seconds, got nan"),
+    ({"busy_floor": 0.0}, "heartbeat-busy-floor must be > 0 seconds, got 0.0"),
+    ({"stopped_timeout": math.nan}, "heartbeat-stopped-timeout must be > 0 seconds, got nan"),
 ])
 def test_settings_validation_names_field_value_and_rule(changes: dict[str, float],
                                                          text: str) -> None:
@@ -288,6 +294,108 @@ def test_busy_time_counts_only_for_the_step_it_fell_in() -> None:
     assert detector.step_deadline() == 30.0
 
 
+def _busy(detector: heartbeat.HangDetector, rank: int, kind: messages.ActivityKind,
+          start: float, seconds: float) -> None:
+    detector.activity(rank, kind, True, at=start)
+    detector.activity(rank, kind, False, at=start + seconds)
+
+
+def test_busy_deadline_adapts_to_the_periods_of_its_kind() -> None:
+    settings = dataclasses.replace(SETTINGS, busy_floor=5.0, busy_timeout=1800.0)
+    detector = _detector(settings)
+    detector.start(0, at=0.0)
+    detector.mark(0, BEGIN, at=0.0)
+    assert detector.busy_deadline(CHECKPOINT) == 1800.0  # nothing seen yet: the cap
+    _busy(detector, 0, CHECKPOINT, 1.0, 0.2)  # 10 x 0.2 s = 2 s: the floor, 5 s
+    _busy(detector, 0, messages.ActivityKind.USER, 2.0, 40.0)  # 400 s, for user work only
+
+    assert detector.busy_deadline(CHECKPOINT) == 5.0
+    assert detector.busy_deadline(messages.ActivityKind.USER) == 400.0
+    assert detector.busy_deadline(messages.ActivityKind.RESTORE) == 1800.0
+    detector.activity(0, CHECKPOINT, True, at=50.0)
+    assert detector.overdue(now=55.0) == []
+    (late,) = detector.overdue(now=55.5)
+    assert late == heartbeat.Overdue(rank=0, silent_seconds=5.5, deadline_seconds=5.0,
+                                     waiting_for="checkpoint")
+
+
+def test_busy_deadline_is_capped_by_the_busy_timeout_and_survives_a_restart() -> None:
+    detector = _detector()  # busy_timeout 120 s, busy_floor 60 s
+    detector.start(0, at=0.0)
+    _busy(detector, 0, messages.ActivityKind.RESTORE, 0.0, 30.0)  # 10 x 30 s = 300 s
+    assert detector.busy_deadline(messages.ActivityKind.RESTORE) == 120.0
+
+    detector.start(0, at=100.0)  # a new process: the job's restores took that long before
+    detector.activity(0, messages.ActivityKind.RESTORE, True, at=101.0)
+    (late,) = detector.overdue(now=222.0)
+    assert (late.waiting_for, late.deadline_seconds) == ("restore", 120.0)
+
+
+def test_busy_work_cut_short_makes_the_next_deadline_grow() -> None:
+    detector = _detector(dataclasses.replace(SETTINGS, busy_floor=5.0, busy_timeout=1000.0))
+    detector.start(0, at=0.0)
+    _busy(detector, 0, messages.ActivityKind.RESTORE, 0.0, 0.3)  # from memory: 5 s deadline
+    detector.start(0, at=10.0)
+    detector.activity(0, messages.ActivityKind.RESTORE, True, at=11.0)  # from disk, slower
+    assert [o.rank for o in detector.overdue(now=16.5)] == [0]
+
+    detector.forget(0, at=16.5)  # the agent ended it: it lasted at least 5.5 s
+    assert detector.busy_deadline(messages.ActivityKind.RESTORE) == 55.0
+    detector.start(0, at=20.0)
+    detector.activity(0, messages.ActivityKind.RESTORE, True, at=21.0)  # the same work again
+    detector.start(0, at=40.0)  # replaced while busy counts as well: 19 s
+    assert detector.busy_deadline(messages.ActivityKind.RESTORE) == 190.0
+
+
+# --- stopped processes --------------------------------------------------------------------------
+
+STOPPED = heartbeat.HeartbeatSettings(floor=2.0, cap=60.0, stopped_timeout=1.0)
+
+
+@pytest.mark.parametrize(("prepare", "doing"), [
+    (lambda d: None, "start-up"),
+    (lambda d: d.mark(0, BEGIN, at=1.0), "a step"),
+    (lambda d: (d.mark(0, BEGIN, at=1.0), d.mark(0, END, at=1.5)), "the time between steps"),
+    (lambda d: d.activity(0, CHECKPOINT, True, at=1.0), "checkpoint"),
+    (lambda d: d.activity(0, messages.ActivityKind.RESTORE, True, at=1.0), "restore"),
+    (lambda d: d.activity(0, messages.ActivityKind.USER, True, at=1.0), "user"),
+])
+def test_a_stopped_process_is_a_hang_whatever_it_was_doing(
+        prepare: Callable[[heartbeat.HangDetector], object], doing: str) -> None:
+    detector = _detector(STOPPED)
+    detector.start(0, at=0.0)
+    detector.start(1, at=0.0)  # still starting: holds everyone's step deadline up
+    prepare(detector)
+    detector.stopped(0, True, at=2.0)
+    detector.stopped(0, True, at=2.5)  # still stopped: the stop began at 2.0
+
+    assert detector.overdue(now=3.0) == []
+    (late,) = detector.overdue(now=3.1)
+    assert late.rank == 0
+    assert late.deadline_seconds == 1.0
+    assert late.describe() == (f"no mark for 1.1 s while waiting for its stopped process to "
+                               f"continue (in {doing}); deadline 1.0 s")
+
+
+def test_a_process_that_continued_is_judged_as_before() -> None:
+    detector = _detector(STOPPED)
+    detector.start(0, at=0.0)
+    detector.activity(0, CHECKPOINT, True, at=1.0)
+    detector.stopped(0, True, at=2.0)
+    detector.stopped(0, False, at=2.9)  # continued (a profiler's short stop)
+    detector.stopped(0, True, at=3.5)  # a new stop counts from its own start
+
+    assert detector.overdue(now=4.4) == []
+    assert [o.rank for o in detector.overdue(now=4.6)] == [0]
+
+
+def test_stopped_reports_for_unknown_ranks_are_ignored() -> None:
+    detector = _detector(STOPPED)
+    detector.stopped(3, True, at=0.0)
+
+    assert detector.overdue(now=100.0) == []
+
+
 # --- forget, start, ordering --------------------------------------------------------------------
 
 
@@ -296,8 +404,8 @@ def test_forget_stops_watching_a_rank() -> None:
     detector.start(0, at=0.0)
     detector.start(1, at=0.0)
 
-    detector.forget(0)
-    detector.forget(5)  # unknown: nothing happens
+    detector.forget(0, at=0.0)
+    detector.forget(5, at=0.0)  # unknown: nothing happens
 
     assert [o.rank for o in detector.overdue(now=1000.0)] == [1]
     detector.mark(0, BEGIN, at=1000.0)  # marks of a forgotten rank are ignored
@@ -361,7 +469,8 @@ def settings_strategy(draw: st.DrawFn) -> heartbeat.HeartbeatSettings:
     window = draw(st.integers(min_value=1, max_value=20))
     return heartbeat.HeartbeatSettings(floor=floor, cap=cap, factor=factor, window=window,
                                        startup_timeout=draw(positive),
-                                       busy_timeout=draw(positive))
+                                       busy_timeout=draw(positive), busy_floor=draw(positive),
+                                       stopped_timeout=draw(positive))
 
 
 @given(settings=settings_strategy(), intervals=st.lists(positive, max_size=30))
@@ -433,3 +542,66 @@ def test_a_rank_that_never_marked_is_furthest_behind() -> None:
     suspects = [heartbeat.Suspect(0, 3, False), heartbeat.Suspect(1, None, False)]
     rank, _ = heartbeat.hung_rank(suspects, _overdue((1, 700.0)))
     assert rank == 1
+
+
+busy_kinds = st.sampled_from(list(messages.ActivityKind))
+
+
+@given(settings=settings_strategy(),
+       periods=st.lists(st.tuples(busy_kinds, positive), max_size=30), kind=busy_kinds)
+def test_busy_deadline_is_within_floor_and_busy_timeout(
+    settings: heartbeat.HeartbeatSettings, periods: list[tuple[messages.ActivityKind, float]],
+    kind: messages.ActivityKind,
+) -> None:
+    detector = heartbeat.HangDetector(settings)
+    detector.start(0, at=0.0)
+    at = 0.0
+    for period_kind, seconds in periods:
+        _busy(detector, 0, period_kind, at, seconds)
+        at += seconds
+
+    deadline = detector.busy_deadline(kind)
+
+    assert min(settings.busy_floor, settings.busy_timeout) <= deadline <= settings.busy_timeout
+    if not any(period_kind is kind for period_kind, _ in periods):
+        assert deadline == settings.busy_timeout
+
+
+@given(settings=settings_strategy(), kind=busy_kinds,
+       fractions=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=10))
+def test_busy_work_no_longer_than_recent_work_is_never_overdue(
+    settings: heartbeat.HeartbeatSettings, kind: messages.ActivityKind, fractions: list[float],
+) -> None:
+    detector = heartbeat.HangDetector(settings)
+    detector.start(0, at=0.0)
+    detector.mark(0, BEGIN, at=0.0)
+    recent = collections.deque([settings.busy_timeout * 0.9], maxlen=settings.window)
+    _busy(detector, 0, kind, 0.0, recent[0])
+    # Every period starts at 0, so that its length is exact in floating point: the property
+    # is about lengths, and (at + s) - at may exceed s by one unit in the last place.
+    for fraction in fractions:  # each period at most the longest of the last window ones
+        seconds = max(recent) * fraction
+        detector.activity(0, kind, True, at=0.0)
+        assert detector.overdue(now=seconds) == []
+        detector.activity(0, kind, False, at=seconds)
+        recent.append(seconds)
+
+
+@given(settings=settings_strategy(), stop_at=positive, ranks=st.integers(1, 4),
+       busy=st.one_of(st.none(), busy_kinds), starting=st.booleans())
+def test_a_rank_stopped_past_the_stopped_timeout_is_always_overdue(
+    settings: heartbeat.HeartbeatSettings, stop_at: float, ranks: int,
+    busy: messages.ActivityKind | None, starting: bool,
+) -> None:
+    detector = heartbeat.HangDetector(settings)
+    for rank in range(ranks):
+        detector.start(rank, at=0.0)
+        if not starting:
+            detector.mark(rank, BEGIN, at=0.0)
+    if busy is not None:
+        detector.activity(0, busy, True, at=0.0)
+    detector.stopped(0, True, at=stop_at)
+
+    late = detector.overdue(now=stop_at + settings.stopped_timeout * 1.01 + 1e-6)
+
+    assert 0 in [o.rank for o in late]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -153,3 +155,29 @@ def test_a_worker_stuck_after_its_work_is_ended_and_the_job_succeeds(run_job: St
     assert "finished its work 1 s ago but has not exited" in job.output()
     assert job.events("job-finished")[-1]["outcome"] == "succeeded"
     assert not job.events("fault-detected")
+
+
+def test_a_rank_stopped_inside_its_snapshot_is_caught_in_seconds(run_job: Start,
+                                                                 tmp_path: Path) -> None:
+    marker = tmp_path / "inside"
+    job = run_job("--nproc-per-node", "2", "--max-restarts", "1", "-r", "3",
+                  str(SCRIPTS / "session_job.py"), "--steps", "30", "--step-sleep", "0.05",
+                  "--slow-snapshot", "1:10", "--slow-snapshot-file", str(marker))
+    pid = int(job.wait_for("rank 1 inside its snapshot of step 10",
+                           lambda: marker.exists() and marker.read_text()))
+    os.kill(pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+
+    (fault,) = job.wait_for_event("fault-detected", timeout=60)
+    assert job.wait() == 0, job.output()
+
+    assert (fault["rank"], fault["fault_kind"]) == (1, "hung")
+    assert "its stopped process to continue (in checkpoint)" in fault["detail"], fault
+    # The stopped-process deadline is 1 s, read every 0.1 s; "a few seconds" leaves room for
+    # a loaded machine. Before, the checkpoint's 30-minute busy deadline held everyone up.
+    assert fault["detected_at"] - stopped_at < 5.0, fault
+    # Rank 0 holds step 10, rank 1 only 9: a plain Session goes back to 9, and says why.
+    (recovery,) = job.events("recovery-completed")
+    assert (recovery["restore_step"], recovery["steps_lost"]) == (9, 1)
+    assert ("generation 1: 1 completed step redone: ranks [0] hold a snapshot of step 10 but "
+            "ranks [1] do not") in job.output()

@@ -39,7 +39,7 @@ from trainguard.detect import heartbeat
 from trainguard.faults import process, replicas
 from trainguard.ipc import messages
 
-__all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
+__all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent", "redone_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,27 @@ def free_port(address: str) -> int:
         probe.bind((address, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def redone_steps(committed: Mapping[int, int | None], restore_step: int) -> str:
+    """Why a restart from ``restore_step`` redoes completed steps, given each rank's newest
+    snapshot (``committed``); empty when it redoes none.
+
+    A rank that fails inside (or just before) its snapshot of step N+1 leaves N+1 complete on
+    its replicas only. Each rank then restores from its own memory, so everyone goes back to N.
+    """
+    held = [step for step in committed.values() if step is not None]
+    newest = max(held, default=None)
+    if newest is None or newest <= restore_step:
+        return ""
+    behind = sorted(rank for rank, step in committed.items() if step is None or step < newest)
+    ahead = sorted(rank for rank, step in committed.items() if step == newest)
+    count = newest - restore_step
+    return (f"{count} completed step{'s' if count > 1 else ''} redone: ranks {ahead} hold a "
+            f"snapshot of step {newest} but ranks {behind} do not (the fault struck before "
+            f"their snapshot of it was complete), and every rank resumes at step {restore_step}, "
+            f"the newest step each holds itself. A replica's snapshot can stand in only for "
+            f"ranks that train under Session.run")
 
 
 class NodeAgent:
@@ -130,8 +151,15 @@ class NodeAgent:
         for rank in sorted(move):
             self._launcher.move_to_spare(rank)
         planning = self._clock.monotonic()
-        restore = await self._checkpoints.plan_restore(layout=self._peer_layout())
+        layout = self._peer_layout()
+        restore = await self._checkpoints.plan_restore(layout=layout)
         plan_seconds = self._clock.monotonic() - planning
+        if self._generation is not None and layout is None and (
+                restore.source is messages.RestoreSource.MEMORY):
+            redone = redone_steps({w.rank: w.committed_step
+                                   for w in self._generation.workers.values()}, restore.step)
+            if redone:
+                self._log.warning("generation %d: %s", number, redone)
         settings = self.settings
         port = settings.master_port if number == 0 and settings.master_port else free_port(
             settings.master_addr)
@@ -263,7 +291,7 @@ class NodeAgent:
             return
         worker.returncode = returncode
         worker.exited_at = self._clock.monotonic()
-        self._detector.forget(worker.rank)
+        self._detector.forget(worker.rank, at=worker.exited_at)
         generation.exited()
         self._changed.set()
         if worker.stopping and not worker.ended_after_finishing:
@@ -354,7 +382,7 @@ class NodeAgent:
                    for pump in (worker.stdout, worker.stderr)]
         await asyncio.wait(streams, timeout=2.0)
         for worker in generation.workers.values():
-            self._detector.forget(worker.rank)
+            self._detector.forget(worker.rank, at=self._clock.monotonic())
             if worker.link is not None:
                 worker.link.close()
         generation.settle(process.GenerationOutcome(process.OutcomeKind.STOP_REQUESTED))
@@ -428,13 +456,13 @@ class NodeAgent:
             case messages.LeftGeneration(generation=number):
                 if number == generation.number:
                     worker.left = message
-                    self._detector.forget(worker.rank)
+                    self._detector.forget(worker.rank, at=message.time)
                     self._changed.set()
                     if not worker.stopping and not generation.outcome.done():
                         self._attribution.left(generation, worker, message)
             case messages.Finished(time=at):
                 worker.finished_at = at
-                self._detector.forget(worker.rank)
+                self._detector.forget(worker.rank, at=at)
             case messages.StopRequested():
                 generation.settle(process.GenerationOutcome(
                     process.OutcomeKind.STOP_REQUESTED,

@@ -1,8 +1,10 @@
 """The agent's watch over one generation, every monitor interval.
 
 A rank past its heartbeat deadline makes the generation's outcome a hang (which rank hung is
-chosen by :func:`trainguard.detect.heartbeat.hung_rank`, with the processes' stopped state read
-from the system); a worker that finished its work but is stuck on its way out is ended.
+chosen by :func:`trainguard.detect.heartbeat.hung_rank`). Each round also reads from the system
+whether each live worker's process is stopped and tells the detector, for which a process stopped
+too long is a hang at any time. A worker that finished its work but is stuck on its way out is
+ended.
 """
 
 from __future__ import annotations
@@ -36,10 +38,16 @@ class Watchdog:
         while not generation.outcome.done():
             await asyncio.sleep(self._interval)
             self._end_stuck_exits(generation)
-            overdue = self._detector.overdue(now=self._clock.monotonic())
+            now = self._clock.monotonic()
+            stopped = {worker.rank: _stopped(worker)
+                       for worker in generation.workers.values() if worker.alive}
+            for rank, is_stopped in stopped.items():
+                self._detector.stopped(rank, is_stopped, at=now)
+            overdue = self._detector.overdue(now=now)
             if overdue:
                 generation.settle(process.GenerationOutcome(
-                    process.OutcomeKind.FAULT, fault=self._hang_fault(generation, overdue)))
+                    process.OutcomeKind.FAULT,
+                    fault=self._hang_fault(generation, overdue, stopped)))
 
     def _end_stuck_exits(self, generation: workers.Generation) -> None:
         timeout = self._detector.settings.exit_timeout
@@ -53,18 +61,20 @@ class Watchdog:
                 worker.ended_after_finishing = True
                 self._end(worker)
 
-    def _hang_fault(self, generation: workers.Generation,
-                    overdue: list[heartbeat.Overdue]) -> process.ProcessFault:
-        def stopped(worker: workers.WorkerState) -> bool:
-            try:
-                return worker.pid is not None and psutil.Process(worker.pid).status() in (
-                    psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-            except psutil.Error:
-                return False
-
-        suspects = [heartbeat.Suspect(w.rank, w.begun_step, stopped(w))
-                    for w in generation.workers.values() if w.alive]
+    def _hang_fault(self, generation: workers.Generation, overdue: list[heartbeat.Overdue],
+                    stopped: dict[int, bool]) -> process.ProcessFault:
+        suspects = [heartbeat.Suspect(rank, generation.workers[rank].begun_step, is_stopped)
+                    for rank, is_stopped in stopped.items()]
         rank, deadline = heartbeat.hung_rank(suspects, overdue)
         return generation.workers[rank].fault(
             process.ProcessFaultKind.HUNG, detected_at=self._clock.monotonic(),
             detail=deadline.describe())
+
+
+def _stopped(worker: workers.WorkerState) -> bool:
+    """The worker's process is stopped (SIGSTOP, or a debugger holds it)."""
+    try:
+        return worker.pid is not None and psutil.Process(worker.pid).status() in (
+            psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:  # it exited meanwhile: the exit is reported on its own
+        return False

@@ -10,7 +10,14 @@ gets the long ``idle_timeout``. That costs nothing in detection: a rank stuck th
 peers up inside their next step, where the step deadline catches them, and the culprit is then
 found among the ranks that did not get that far. Ranks that legitimately hold the others up, by
 starting (no mark yet) or by declared work (checkpoint, restore, ``Session.busy()``), suspend
-the step deadline of everyone while they do, and have long timeouts of their own.
+the step deadline of everyone while they do, and have deadlines of their own. Declared work
+adapts as steps do: ``factor`` times the longest period of the same kind seen so far, within
+[``busy_floor``, ``busy_timeout``]; ``busy_timeout`` until one has been seen.
+
+A process that is stopped (SIGSTOP, a debugger) cannot mark at all, and while it holds the
+others up nobody's step deadline runs: so a rank whose process stays stopped longer than
+``stopped_timeout`` is hung whatever it was doing. Whether a process is stopped is read from the
+system by the caller (the agent's watchdog) and passed in, as times are: this module is pure.
 """
 
 from __future__ import annotations
@@ -38,7 +45,17 @@ class HeartbeatSettings:
     startup_timeout: float = 600.0
     """Seconds from a worker's start to its first mark: imports, rendezvous, model build."""
     busy_timeout: float = 1800.0
-    """Seconds a worker may stay in a checkpoint, a restore or declared busy work."""
+    """Longest deadline for a checkpoint, a restore or declared busy work, seconds; the deadline
+    until a period of that kind has been seen (a first restore may come from a slow disk)."""
+    busy_floor: float = 60.0
+    """Shortest deadline for a checkpoint, a restore or declared busy work, seconds (busy work
+    otherwise gets factor x the longest period of its kind seen). 60 s: a first snapshot after a
+    restart also maps its memory (up to 17x the copy alone), and a restore that came
+    from memory may come from disk next time; a stopped process is caught sooner anyway."""
+    stopped_timeout: float = 1.0
+    """Seconds a worker's process may stay stopped (SIGSTOP, a debugger) before it is hung,
+    whatever it was doing. 1 s: a profiler's ptrace stop lasts milliseconds; raise it to
+    debug a rank with gdb."""
     idle_timeout: float = 600.0
     """Seconds a worker may stay between two steps, or after its last one."""
     exit_timeout: float = 15.0
@@ -55,7 +72,8 @@ class HeartbeatSettings:
             raise ValueError(f"heartbeat factor must be >= 1, got {self.factor}")
         if self.window < 1:
             raise ValueError(f"heartbeat window must be >= 1 interval, got {self.window}")
-        for name in ("startup_timeout", "busy_timeout", "idle_timeout", "exit_timeout"):
+        for name in ("startup_timeout", "busy_timeout", "busy_floor", "idle_timeout",
+                     "exit_timeout", "stopped_timeout"):
             if not getattr(self, name) > 0:
                 flag = "heartbeat-" + name.replace("_", "-")
                 raise ValueError(f"{flag} must be > 0 seconds, got {getattr(self, name)}")
@@ -82,6 +100,7 @@ class _RankState:
     busy: messages.ActivityKind | None = None
     busy_since: float = 0.0
     busy_seconds: float = 0.0  # spent busy since the last step began: not step time
+    stopped_since: float | None = None  # first seen stopped, in the current stop
 
     @property
     def holding_up(self) -> bool:
@@ -93,14 +112,25 @@ class HangDetector:
     def __init__(self, settings: HeartbeatSettings) -> None:
         self.settings = settings
         self._intervals: collections.deque[float] = collections.deque(maxlen=settings.window)
+        self._busy_periods = {kind: collections.deque[float](maxlen=settings.window)
+                              for kind in messages.ActivityKind}
         self._ranks: dict[int, _RankState] = {}
 
     def start(self, rank: int, *, at: float) -> None:
         """A (new) process for ``rank`` started at ``at``; forget its previous process."""
+        self.forget(rank, at=at)
         self._ranks[rank] = _RankState(started_at=at)
 
-    def forget(self, rank: int) -> None:
-        self._ranks.pop(rank, None)
+    def forget(self, rank: int, *, at: float) -> None:
+        """Stop watching ``rank`` (its process exited or left) at ``at``.
+
+        Busy work it was doing counts as a period of at least that length: when its deadline
+        was too short for the work, the next one grows by ``factor``, instead of cutting the
+        same work short on every attempt.
+        """
+        state = self._ranks.pop(rank, None)
+        if state is not None and state.busy is not None:
+            self._busy_periods[state.busy].append(max(0.0, at - state.busy_since))
 
     def mark(self, rank: int, phase: messages.StepPhase, *, at: float) -> None:
         state = self._ranks.get(rank)
@@ -120,10 +150,29 @@ class HangDetector:
             return
         if not active and state.busy is not None:
             state.busy_seconds += at - state.busy_since
+            self._busy_periods[state.busy].append(max(0.0, at - state.busy_since))
         state.busy = kind if active else None
         state.busy_since = at
         state.in_step = False
         state.last_mark = at
+
+    def stopped(self, rank: int, stopped: bool, *, at: float) -> None:
+        """Whether ``rank``'s process was seen stopped at ``at``."""
+        state = self._ranks.get(rank)
+        if state is None:
+            return
+        if not stopped:
+            state.stopped_since = None
+        elif state.stopped_since is None:
+            state.stopped_since = at
+
+    def busy_deadline(self, kind: messages.ActivityKind) -> float:
+        """Seconds a rank may spend in one period of ``kind``, from what was observed so far."""
+        periods = self._busy_periods[kind]
+        if not periods:
+            return self.settings.busy_timeout
+        return min(self.settings.busy_timeout,
+                   max(self.settings.busy_floor, self.settings.factor * max(periods)))
 
     def step_deadline(self) -> float:
         """Seconds a rank may stay inside one step, from what was observed so far."""
@@ -137,9 +186,13 @@ class HangDetector:
         held_up = any(state.holding_up for state in self._ranks.values())
         late: list[Overdue] = []
         for rank, state in self._ranks.items():
-            if state.busy is not None:
+            if state.stopped_since is not None:
                 since, allowed, waiting = (
-                    state.busy_since, self.settings.busy_timeout, str(state.busy))
+                    state.stopped_since, self.settings.stopped_timeout,
+                    f"its stopped process to continue (in {self._doing(state)})")
+            elif state.busy is not None:
+                since, allowed, waiting = (
+                    state.busy_since, self.busy_deadline(state.busy), str(state.busy))
             elif state.last_mark is None:
                 since, allowed, waiting = (
                     state.started_at, self.settings.startup_timeout, "first mark")
@@ -153,6 +206,14 @@ class HangDetector:
             if now - since > allowed:
                 late.append(Overdue(rank, now - since, allowed, waiting))
         return sorted(late, key=lambda overdue: -overdue.silent_seconds)
+
+    @staticmethod
+    def _doing(state: _RankState) -> str:
+        if state.busy is not None:
+            return str(state.busy)
+        if state.last_mark is None:
+            return "start-up"
+        return "a step" if state.in_step else "the time between steps"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,9 @@
-"""What the session does with torch.distributed: wait for a generation's store, leave a
-generation's process groups, and move a rank's state between replicas (R6).
+"""What the session does with torch.distributed: leave a generation's process groups, and move
+a rank's state between replicas (R6).
+
+No rank waits for its generation's rendezvous store: the agent hosts it before any worker of
+the generation starts or is told to rejoin (:mod:`.rendezvous_host`), so ``init_process_group``
+connects at once and never meets its connect backoff.
 
 Leaving depends on the backend. NCCL communicators are aborted through torch
 (``ProcessGroupNCCL.abort()``, from any thread: it is what torch's own watchdog calls; then
@@ -17,11 +21,7 @@ formed by those two ranks alone (``use_local_synchronization``), so no other ran
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import threading
-import time
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -32,7 +32,7 @@ from torch.distributed import distributed_c10d
 from trainguard.ipc import messages, snapshot_layout
 from trainguard.train import snapshot
 
-__all__ = ["ExchangeError", "abort_nccl", "await_store", "drop", "exchange_state",
+__all__ = ["ExchangeError", "abort_nccl", "drop", "exchange_state",
            "keep_process_on_nccl_errors"]
 
 _ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -41,22 +41,6 @@ _CLEAN_UP_ONLY = "2"  # abort the communicators, raise in the waiting work, keep
 
 class ExchangeError(RuntimeError):
     """The state cannot come over the network this way; the message says what to change."""
-
-
-def await_store(aborting: threading.Event, *, timeout: float = 60.0) -> None:
-    """Until the generation's rendezvous store accepts connections (the agent hosts it:
-    :mod:`.rendezvous_host`), ``aborting`` is set, or ``timeout`` seconds.
-
-    A rank that reaches ``init_process_group`` before the store exists retries with a backoff
-    that grows to about a second; polling here first lets it connect at once.
-    """
-    address = (os.environ.get("MASTER_ADDR", "127.0.0.1"),
-               int(os.environ.get("MASTER_PORT", "0")))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not aborting.is_set():
-        with contextlib.suppress(OSError), socket.create_connection(address, timeout=1.0):
-            return
-        time.sleep(0.005)
 
 
 def keep_process_on_nccl_errors(environ: MutableMapping[str, str] = os.environ) -> None:

@@ -248,8 +248,6 @@ class Session:
         self._link.send(messages.RecoverySupported(["retry", "recover-in-place", "recover"]))
         while True:
             self._communicator = communicator.Communicator()
-            if self.rank != 0:
-                process_group.await_store(self._aborting)
             try:
                 return train()
             except GenerationAborted as aborted:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -20,7 +21,28 @@ parser.add_argument("--width", type=int, default=64)
 parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds added to each step")
 parser.add_argument("--ballast-mb", type=int, default=0, help="extra state to make snapshots big")
 parser.add_argument("--output", type=Path)
+parser.add_argument("--slow-snapshot", metavar="RANK:STEP", help="that rank's snapshot of "
+                    "that step takes a second, and writes its pid to --slow-snapshot-file in it")
+parser.add_argument("--slow-snapshot-file", type=Path)
 args = parser.parse_args()
+
+
+class SlowSnapshot:
+    """State whose snapshot of one step is slow: a test can act while a rank is inside it."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.slow_step, self.step = rank, step, 0
+
+    def state_dict(self) -> dict[str, int]:
+        if (self.step, dist.get_rank()) == (self.slow_step, self.rank) and (
+                args.slow_snapshot_file is not None):
+            args.slow_snapshot_file.write_text(str(os.getpid()))
+            time.sleep(1.0)
+        return {"step": self.step}
+
+    def load_state_dict(self, saved: dict[str, int]) -> None:
+        self.step = saved["step"]
+
 
 torch.manual_seed(0)
 dist.init_process_group("gloo")
@@ -28,6 +50,9 @@ rank = dist.get_rank()
 model = nn.Sequential(nn.Linear(args.width, args.width), nn.Tanh(), nn.Linear(args.width, 1))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 state: dict[str, object] = {"model": model, "optimizer": optimizer, "extra": {"seen": 0}}
+slow = SlowSnapshot(*(int(part) for part in (args.slow_snapshot or "-1:-1").split(":")))
+if args.slow_snapshot is not None:
+    state["slow"] = slow
 if args.ballast_mb:
     state["ballast"] = torch.zeros(args.ballast_mb * 2**20 // 4)
 session = trainguard.train.Session()
@@ -48,6 +73,7 @@ for step in range(start, args.steps):
         extra["seen"] += 1
         if args.step_sleep:
             time.sleep(args.step_sleep)
+    slow.step = step + 1
     session.checkpoint(state, step=step + 1)
 session.close()
 if rank == 0 and args.output is not None:
