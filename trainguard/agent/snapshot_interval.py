@@ -160,7 +160,7 @@ def _reason(choice: IntervalChoice, measured: Measured, *, requested: int | None
 
 
 def _duration(seconds: float) -> str:
-    for unit, size in (("h", 3600.0), ("m", 60.0)):
-        if seconds >= size:
-            return f"{seconds / size:.3g} {unit}"
-    return f"{seconds:.3g} s"
+    unit, size = next(((unit, size) for unit, size in (("h", 3600.0), ("m", 60.0))
+                       if seconds >= size), ("s", 1.0))
+    value = seconds / size
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"

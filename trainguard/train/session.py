@@ -176,10 +176,11 @@ class Session:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
             raise SessionError(str(error)) from error
-        self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         self._state = agent_memory.AgentMemoryBackend(
             self._link, rank=self.rank, world_size=self.world_size,
             request_timeout=request_timeout)
+        # After the backend: the agent answers the hello with orders (the snapshot interval).
+        self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)

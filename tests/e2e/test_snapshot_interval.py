@@ -1,0 +1,30 @@
+"""End to end: snapshots every N steps lose what they must and no more, and end complete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.jobs import SCRIPTS, Start
+
+pytestmark = pytest.mark.e2e
+
+
+def test_every_third_step_loses_the_steps_since_the_snapshot_and_saves_the_final_one(
+        run_job: Start, tmp_path: Path, reference: str) -> None:
+    job = run_job("--nproc-per-node", "4", "--max-restarts", "3", "-t", "3",
+                  "--snapshot-every", "3", "--inject", "crash:1:14",
+                  str(SCRIPTS / "inprocess_job.py"), "--output", str(tmp_path / "sha"))
+    assert job.wait() == 0, job.output()
+    chosen = job.events("snapshot-interval")
+    assert (chosen[0]["interval"], chosen[0]["requested"]) == (3, "3"), chosen
+    assert "snapshot every 3 steps (--snapshot-every 3" in job.output()
+    (recovery,) = job.events("recovery-completed")
+    # Rank 1 completed step 13 and died in step 14; the newest snapshot resumes at step 12.
+    assert (recovery["restore_step"], recovery["steps_lost"]) == (12, 2), recovery
+    persisted = job.events("checkpoint-persisted")
+    assert persisted
+    assert persisted[-1]["step"] == 40, "step 40 was not due: saved at close"
+    assert "every 3 steps (a fault loses up to 2)" in job.output()
+    assert (tmp_path / "sha").read_text() == reference
