@@ -143,3 +143,9 @@ def test_more_faults_never_lengthen_the_interval(stall: float, step: float, fail
     fewer = _choose(Measured(stall, step, failures, training))
     more = _choose(Measured(stall, step, failures * 2, training))
     assert more.recommended <= fewer.recommended
+
+
+def test_a_small_share_is_shown_as_it_was_given() -> None:
+    choice = _choose(Measured(stall_seconds=0.001, step_seconds=0.1, failures=0,
+                              training_seconds=1.0), share=0.002)
+    assert "(share 0.2%)" in choice.reason

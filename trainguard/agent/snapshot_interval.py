@@ -132,7 +132,7 @@ def _reason(choice: IntervalChoice, measured: Measured, *, requested: int | None
     how = f"--snapshot-every {requested}" if requested is not None else "auto"
     parts = [f"snapshot {_steps(choice.interval)} ({how}): a snapshot stalls "
              f"{stall * 1000:.1f} ms, {stall / step:.1%} of a {step * 1000:.1f} ms step "
-             f"(share {share:.0%})"]
+             f"(share {share * 100:.3g}%)"]
     if choice.budget > 1:
         parts.append(f"{_steps(choice.budget)} keeps it within the share "
                      f"({stall / (choice.budget * step):.1%})")

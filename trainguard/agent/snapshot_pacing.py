@@ -62,12 +62,13 @@ class SnapshotPacer:
         how = ("auto: every step until the stall is measured" if self._requested is None
                else f"--snapshot-every {self._requested}")
         steps = "every step" if every == 1 else f"every {every} steps"
+        share = self._settings.snapshot_share
         self._record(events.SnapshotIntervalChosen(
             job=self._settings.run_id, interval=every, requested=self._settings.snapshot_every,
             recommended=None, stall_seconds=None, step_seconds=None,
             share=self._settings.snapshot_share, mtbf_seconds=None, mtbf_observed=False,
             optimum_steps=None, persist_optimum_seconds=None,
-            reason=f"snapshot {steps} ({how}; share {self._settings.snapshot_share:.0%})"))
+            reason=f"snapshot {steps} ({how}; share {share * 100:.3g}%)"))
 
     def measured(self) -> snapshot_interval.Measured | None:
         """The recent figures; None until there are enough of them."""
