@@ -16,13 +16,10 @@ from trainguard.ipc import messages
 from trainguard.train import agent_memory, session
 
 
-class _NoLink:
-    """due() and pace() never touch the link."""
-
-
 def _backend() -> agent_memory.AgentMemoryBackend:
-    return agent_memory.AgentMemoryBackend(_NoLink(), rank=0, world_size=1,  # type: ignore[arg-type]
-                                           request_timeout=1.0)
+    """due() and pace() never touch the link."""
+    link: Any = None
+    return agent_memory.AgentMemoryBackend(link, rank=0, world_size=1, request_timeout=1.0)
 
 
 def test_every_step_is_due_until_the_agent_says_otherwise() -> None:

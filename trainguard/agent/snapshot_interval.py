@@ -1,11 +1,11 @@
 """How many steps between snapshots (R4): every step while that is cheap, else what pays.
 
 A snapshot blocks training for its stall ``S``; a fault loses the steps since the last snapshot,
-on average half an interval. With a snapshot every ``τ`` seconds and a mean time between
-failures ``M``, the share of time lost is about ``S/τ + τ/(2M)``, least at ``τ = sqrt(2 * S * M)``
-(Young 1974; Daly 2006 to first order): the *optimum*, in steps of ``T`` seconds (the step
-without its snapshot). The *budget* is the fewest steps between snapshots whose stall stays
-within the stated share of the step: ``ceil(S / (share * T))``.
+on average half an interval. With a snapshot every ``t`` seconds and a mean time between
+failures ``M``, the share of time lost is about ``S/t + t/(2M)``, least at
+``t = sqrt(2 * S * M)`` (Young 1974; Daly 2006 to first order): the *optimum*, in steps of
+``T`` seconds (the step without its snapshot). The *budget* is the fewest steps between
+snapshots whose stall stays within the stated share of the step: ``ceil(S / (share * T))``.
 
 ``auto`` takes the smaller of the two, at least 1: every step while the stall is within the
 share (zero completed steps lost to a fault); past it, the shortest interval within the share,
