@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,26 @@ def test_observed_faults_replace_the_prior() -> None:
     assert choice.interval == choice.optimum < 40
     assert isinstance(recorded[-1], events.SnapshotIntervalChosen)
     assert recorded[-1].mtbf_observed
+
+
+def test_the_start_is_recorded_after_the_first_generation_started() -> None:
+    clock = FakeClock()
+    pacer, _, recorded = _pacer("auto", clock)
+
+    async def scenario() -> tuple[list[events.Event], list[events.Event]]:
+        running = asyncio.create_task(pacer.run(interval=3600.0))
+        await asyncio.sleep(0)
+        before = list(recorded)
+        pacer.event(events.GenerationStarted(
+            job="job", generation=0, world_size=4, master_port=29500, restart_count=0,
+            restore_source="none", restore_step=0, plan_seconds=0.0))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        return before, list(recorded)
+
+    before, after = asyncio.run(scenario())
+    assert before == []
+    assert [type(event) for event in after] == [events.SnapshotIntervalChosen]

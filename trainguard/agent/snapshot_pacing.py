@@ -2,8 +2,9 @@
 
 Every review takes the recent step and snapshot times from the agent's statistics and the faults
 and persist times from the job's events, lets the rule choose, has the agent tell the ranks
-(:meth:`NodeAgent.pace_snapshots`), and records a ``snapshot-interval`` event at start, at the
-first measured choice, and when the interval or the recommendation changes.
+(:meth:`NodeAgent.pace_snapshots`), and records a ``snapshot-interval`` event at start (just after
+the first generation's), at the first measured choice, and when the interval or the
+recommendation changes.
 """
 
 from __future__ import annotations
@@ -48,10 +49,13 @@ class SnapshotPacer:
         self._failures = 0
         self._persist_seconds: list[float] = []
         self._recorded: snapshot_interval.IntervalChoice | None = None
+        self._generation_started = asyncio.Event()
 
     def event(self, event: events.Event) -> None:
         """Count the job's faults and persist times (subscribed to its events)."""
-        if isinstance(event, events.FaultDetected):
+        if isinstance(event, events.GenerationStarted):
+            self._generation_started.set()
+        elif isinstance(event, events.FaultDetected):
             self._failures += 1
         elif isinstance(event, events.CheckpointPersisted):
             self._persist_seconds = [*self._persist_seconds[-9:], event.seconds]
@@ -120,7 +124,9 @@ class SnapshotPacer:
         return ratio >= _NOTEWORTHY
 
     async def run(self, *, interval: float) -> None:
-        """Review every ``interval`` seconds until cancelled."""
+        """Record the start once the first generation has (its event comes first), then
+        review every ``interval`` seconds until cancelled."""
+        await self._generation_started.wait()
         self.start()
         while True:
             await asyncio.sleep(interval)
