@@ -113,12 +113,14 @@ def _train(trainer: session.Session, state: dict[str, Any], steps: range) -> Non
         trainer.checkpoint(state, step=step + 1)
 
 
-def _start(agent: FakeAgent, every: int) -> tuple[session.Session, dict[str, Any]]:
-    """A session that has the interval: the order goes out before the restore plan, and the
-    reader thread hands orders over in the order they arrive."""
+def _start(agent: FakeAgent, every: int, *orders: messages.Message
+           ) -> tuple[session.Session, dict[str, Any]]:
+    """A session that has the interval (and ``orders``): they go out before the restore plan,
+    and the reader thread hands orders over in the order they arrive."""
     trainer = session.Session(handle_sigterm=False)
     state = {"model": torch.nn.Linear(2, 2)}
-    agent.order(messages.SnapshotInterval(every=every, from_step=0))
+    for order in (messages.SnapshotInterval(every=every, from_step=0), *orders):
+        agent.order(order)
     assert trainer.restore(state) == 0
     return trainer, state
 
@@ -146,3 +148,10 @@ def test_a_skipped_checkpoint_followed_by_a_step_is_not_saved_at_close(
         pass
     trainer.close()
     assert _committed(_finished(agent)) == [5]
+
+
+def test_the_dying_checkpoint_is_saved_though_not_due(agent: FakeAgent) -> None:
+    trainer, state = _start(agent, 5, messages.StopAt(step=6))
+    with pytest.raises(SystemExit):
+        _train(trainer, state, range(10))
+    assert _committed(_finished(agent)) == [5, 7], "the agreed stop (after step 6) was not saved"
