@@ -70,9 +70,21 @@ def test_the_persist_optimum_uses_the_same_rule_in_seconds() -> None:
 def test_auto_does_not_flip_on_a_small_change() -> None:
     measured = Measured(stall_seconds=0.031, step_seconds=0.155, failures=0,
                         training_seconds=60.0)
-    assert _choose(measured, current=5).interval == 5  # best is 4: within 1.5x of 5
-    assert "kept: every 4 steps is within 1.5x" in _choose(measured, current=5).reason
+    assert _choose(measured, current=5).interval == 5  # best is 4: within 25% of 5
+    assert "kept: the best, every 4 steps, is within 25% of it" in _choose(
+        measured, current=5).reason
     assert _choose(measured, current=8).interval == 4
+
+
+def test_a_stall_just_past_the_share_keeps_every_step_and_just_below_it_goes_back() -> None:
+    def at(stall: float, current: int) -> int:
+        return _choose(Measured(stall_seconds=stall, step_seconds=0.1, failures=0,
+                                training_seconds=60.0), current=current).interval
+
+    assert at(0.006, current=1) == 1  # 1.2x the share: within the band
+    assert at(0.0065, current=1) == 2  # 1.3x: past it
+    assert at(0.0055, current=2) == 2  # no flip back while still past the share
+    assert at(0.0049, current=2) == 1
 
 
 @pytest.mark.parametrize("text", ["0", "-3", "often", "1.5", ""])
@@ -99,14 +111,19 @@ shares = st.floats(1e-4, 0.99)
 
 @given(measured=measurements, share=shares, current=st.integers(1, 100_000),
        ranks=st.integers(1, 100_000))
-def test_auto_is_at_least_one_and_never_beyond_the_budget_or_the_optimum_for_long(
+def test_auto_keeps_its_interval_only_within_the_band_around_the_best(
         measured: Measured, share: float, current: int, ranks: int) -> None:
     choice = _choose(measured, current=current, share=share, ranks=ranks)
     assert choice.interval >= 1
-    assert choice.recommended == min(choice.budget, choice.optimum)
-    # Kept only within the hysteresis factor of the best.
-    assert choice.recommended / 1.5 < choice.interval < choice.recommended * 1.5 or (
-        choice.interval == choice.recommended)
+    assert choice.interval == choice.recommended
+    assert choice.best == min(choice.budget, choice.optimum)
+    # Kept only while the best, before rounding, is within the hysteresis factor of it.
+    stall, step = measured.stall_seconds, measured.step_seconds
+    mtbf = choice.mtbf_seconds
+    target = min(stall / (share * step), math.sqrt(2 * stall * mtbf) / step)
+    if choice.interval != choice.best:
+        assert choice.interval == current
+        assert current / 1.25 <= target <= current * 1.25
     assert choice.reason.startswith(f"snapshot every {choice.interval} step" if
                                     choice.interval > 1 else "snapshot every step")
 
@@ -142,7 +159,7 @@ def test_more_faults_never_lengthen_the_interval(stall: float, step: float, fail
                                                  training: float) -> None:
     fewer = _choose(Measured(stall, step, failures, training))
     more = _choose(Measured(stall, step, failures * 2, training))
-    assert more.recommended <= fewer.recommended
+    assert more.best <= fewer.best
 
 
 def test_a_small_share_is_shown_as_it_was_given() -> None:

@@ -10,7 +10,7 @@ snapshots whose stall stays within the stated share of the step: ``ceil(S / (sha
 ``auto`` takes the smaller of the two, at least 1: every step while the stall is within the
 share (zero completed steps lost to a fault); past it, the shortest interval within the share,
 unless faults come so often that the optimum is shorter still (more snapshots then save more
-rework than they cost). ``M`` is the job's own, its training time over its faults, once it has
+rework than they cost); it moves only past a hysteresis band. ``M`` is the job's own, its training time over its faults, once it has
 had one; before, the prior per device divided by the ranks. A fixed interval is kept, and what
 ``auto`` would choose is given beside it as a recommendation.
 
@@ -28,9 +28,10 @@ __all__ = ["AUTO", "IntervalChoice", "Measured", "choose", "parse_every"]
 
 AUTO = "auto"
 
-_HYSTERESIS = 1.5
-"""``auto`` moves only when the best interval differs from the current one by this factor, so
-a noisy measurement does not flip it from one review to the next."""
+_HYSTERESIS = 1.25
+"""The interval (or recommendation) moves only when the best one, before rounding to steps, is
+more than this factor away from it, so that a noisy measurement does not flip it from one
+review to the next: a stall may exceed the share by up to 25% before the interval grows."""
 
 
 def parse_every(text: str) -> int | None:
@@ -71,7 +72,10 @@ class IntervalChoice:
     interval: int
     """Steps between snapshots from now on."""
     recommended: int
-    """What ``auto`` would choose (``interval`` itself under ``auto``)."""
+    """What ``auto`` chooses from ``current``: ``interval`` itself under ``auto``."""
+    best: int
+    """The smaller of budget and optimum; ``recommended`` unless that is within the
+    hysteresis band of ``current``."""
     budget: int
     """The fewest steps between snapshots whose stall stays within the share."""
     optimum: int
@@ -93,7 +97,8 @@ def choose(measured: Measured, *, requested: int | None, current: int, share: fl
     Args:
         measured: stall, step, faults; ``stall_seconds`` >= 0, ``step_seconds`` > 0.
         requested: the fixed interval asked for, None for ``auto``.
-        current: the interval in use (``auto`` moves from it only by the hysteresis factor).
+        current: under ``auto`` the interval in use, else the last recommendation; it stays
+            while the continuous best is within the hysteresis factor of it.
         share: the part of a step a snapshot may take (0 < share < 1).
         device_mtbf: seconds between failures of one device, the prior.
         ranks: devices of the job (its failure rate is theirs together).
@@ -103,18 +108,17 @@ def choose(measured: Measured, *, requested: int | None, current: int, share: fl
     mtbf = (measured.training_seconds / measured.failures if observed
             else device_mtbf / max(1, ranks))
     mtbf = max(mtbf, step)  # faults cannot come faster than the steps they interrupt
-    budget = max(1, math.ceil(stall / (share * step) - 1e-9))
-    optimum = max(1, round(math.sqrt(2.0 * stall * mtbf) / step))
+    budget_steps = stall / (share * step)
+    optimum_steps = math.sqrt(2.0 * stall * mtbf) / step
+    budget = max(1, math.ceil(budget_steps - 1e-9))
+    optimum = max(1, round(optimum_steps))
     best = min(budget, optimum)
-    if requested is not None:
-        interval = requested
-    elif best == 1 or best >= current * _HYSTERESIS or best * _HYSTERESIS <= current:
-        interval = best
-    else:
-        interval = current
+    target = min(budget_steps, optimum_steps)
+    settled = current if current / _HYSTERESIS <= target <= current * _HYSTERESIS else best
     persist = measured.persist_seconds
     persist_optimum = math.sqrt(2.0 * persist * mtbf) if persist is not None else None
-    choice = IntervalChoice(interval=interval, recommended=best, budget=budget, optimum=optimum,
+    choice = IntervalChoice(interval=settled if requested is None else requested,
+                            recommended=settled, best=best, budget=budget, optimum=optimum,
                             mtbf_seconds=mtbf, mtbf_observed=observed,
                             persist_optimum_seconds=persist_optimum, reason="")
     return dataclasses.replace(choice, reason=_reason(choice, measured, requested=requested,
@@ -147,9 +151,9 @@ def _reason(choice: IntervalChoice, measured: Measured, *, requested: int | None
     if requested is not None and choice.recommended != requested:
         parts.append(f"recommended: {_steps(choice.recommended)} (--snapshot-every "
                      f"{choice.recommended})")
-    elif requested is None and choice.recommended != choice.interval:
-        parts.append(f"kept: {_steps(choice.recommended)} is within "
-                     f"{_HYSTERESIS}x of the current interval")
+    if choice.best != choice.recommended:
+        parts.append(f"kept: the best, {_steps(choice.best)}, is within "
+                     f"{_HYSTERESIS - 1:.0%} of it")
     if choice.persist_optimum_seconds is not None and measured.persist_seconds is not None:
         parts.append(f"a persist takes {measured.persist_seconds:.2f} s: optimum "
                      f"--persist-interval {_duration(choice.persist_optimum_seconds)}")

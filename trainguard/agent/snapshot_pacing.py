@@ -25,7 +25,6 @@ _RECENT_STEPS = 20
 _RECENT_SNAPSHOTS = 40  # of all ranks together
 _MIN_STEPS = 5  # step intervals before the first measured choice
 _MIN_SNAPSHOTS = 3
-_NOTEWORTHY = 1.5  # a recommendation that moves by this factor is recorded again
 
 
 class Paced(Protocol):
@@ -96,13 +95,17 @@ class SnapshotPacer:
         measured = self.measured()
         if measured is None:
             return None
+        last = self._recorded
+        current = (self._agent.snapshot_every if self._requested is None
+                   else last.recommended if last is not None else self._requested)
         choice = snapshot_interval.choose(
-            measured, requested=self._requested, current=self._agent.snapshot_every,
+            measured, requested=self._requested, current=current,
             share=self._settings.snapshot_share,
             device_mtbf=self._settings.device_failure_interval,
             ranks=self._settings.nproc_per_node)
         self._agent.pace_snapshots(choice.interval)
-        if self._noteworthy(choice):
+        if last is None or (last.interval, last.recommended) != (choice.interval,
+                                                                 choice.recommended):
             self._recorded = choice
             self._record(events.SnapshotIntervalChosen(
                 job=self._settings.run_id, interval=choice.interval,
@@ -112,16 +115,6 @@ class SnapshotPacer:
                 mtbf_observed=choice.mtbf_observed, optimum_steps=choice.optimum,
                 persist_optimum_seconds=choice.persist_optimum_seconds, reason=choice.reason))
         return choice
-
-    def _noteworthy(self, choice: snapshot_interval.IntervalChoice) -> bool:
-        last = self._recorded
-        if last is None or last.interval != choice.interval:
-            return True
-        if (last.recommended == 1) != (choice.recommended == 1):
-            return True
-        ratio = max(last.recommended, choice.recommended) / min(last.recommended,
-                                                                choice.recommended)
-        return ratio >= _NOTEWORTHY
 
     async def run(self, *, interval: float) -> None:
         """Record the start once the first generation has (its event comes first), then
