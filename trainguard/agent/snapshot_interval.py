@@ -10,9 +10,10 @@ snapshots whose stall stays within the stated share of the step: ``ceil(S / (sha
 ``auto`` takes the smaller of the two, at least 1: every step while the stall is within the
 share (zero completed steps lost to a fault); past it, the shortest interval within the share,
 unless faults come so often that the optimum is shorter still (more snapshots then save more
-rework than they cost); it moves only past a hysteresis band. ``M`` is the job's own, its training time over its faults, once it has
-had one; before, the prior per device divided by the ranks. A fixed interval is kept, and what
-``auto`` would choose is given beside it as a recommendation.
+rework than they cost); it moves only past a hysteresis band. ``M`` is the job's own, its
+training time over its faults, once it has had one; before, the prior per device divided by
+the ranks. A fixed interval is kept, and what ``auto`` would choose is given beside it as a
+recommendation.
 
 The persisted checkpoint is the tier for faults that take the memory with them (a host lost):
 its optimum is the same rule over the persist time, in seconds, shown as a recommendation for
