@@ -136,3 +136,22 @@ def test_the_start_is_recorded_after_the_first_generation_started() -> None:
     before, after = asyncio.run(scenario())
     assert before == []
     assert [type(event) for event in after] == [events.SnapshotIntervalChosen]
+
+
+def test_the_stall_is_the_slowest_ranks() -> None:
+    """With one rank copying for its replicas, the others' near-zero stalls must not hide it."""
+    clock = FakeClock()
+    pacer, agent, _ = _pacer("auto", clock)
+    for index in range(20):
+        agent.statistics.began(0, clock.now)
+        clock.now += 0.155
+        for rank in range(4):
+            agent.statistics.snapshot(rank, step=index + 1, nbytes=1,
+                                      seconds=0.031 if rank == 0 else 0.0001, at=clock.now)
+        clock.now += 0.031
+    measured = pacer.measured()
+    assert measured is not None
+    assert measured.stall_seconds == pytest.approx(0.031)
+    choice = pacer.review()
+    assert choice is not None
+    assert choice.interval == 4

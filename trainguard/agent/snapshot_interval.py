@@ -57,9 +57,10 @@ class Measured:
     """What the job has shown so far."""
 
     stall_seconds: float
-    """Median seconds training is blocked per snapshot."""
+    """Median seconds training is blocked per snapshot, at the slowest rank (the others wait
+    for it at their next collective)."""
     step_seconds: float
-    """Median seconds of a step, its snapshot left out."""
+    """Seconds of a step, its snapshot left out."""
     failures: int
     """Faults the job has had."""
     training_seconds: float

@@ -22,7 +22,7 @@ from trainguard.faults import events
 __all__ = ["Paced", "SnapshotPacer"]
 
 _RECENT_STEPS = 20
-_RECENT_SNAPSHOTS = 40  # of all ranks together
+_RECENT_SNAPSHOTS = 20  # snapshot steps, each at its slowest rank
 _MIN_STEPS = 5  # step intervals before the first measured choice
 _MIN_SNAPSHOTS = 3
 
@@ -77,7 +77,7 @@ class SnapshotPacer:
         """The recent figures; None until there are enough of them."""
         stats = self._agent.statistics
         steps = stats.step_intervals[-_RECENT_STEPS:]
-        stalls = stats.snapshot_seconds[-_RECENT_SNAPSHOTS:]
+        stalls = list(stats.slowest_stalls.values())[-_RECENT_SNAPSHOTS:]
         if len(steps) < _MIN_STEPS or len(stalls) < _MIN_SNAPSHOTS or stats.first_step_at is None:
             return None
         stall = statistics.median(stalls)
