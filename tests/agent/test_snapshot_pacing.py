@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -115,27 +113,21 @@ def test_observed_faults_replace_the_prior() -> None:
     assert recorded[-1].mtbf_observed
 
 
-def test_the_start_is_recorded_after_the_first_generation_started() -> None:
+def test_nothing_is_recorded_before_the_first_snapshot_then_the_start_and_the_choice(
+        ) -> None:
     clock = FakeClock()
-    pacer, _, recorded = _pacer("auto", clock)
-
-    async def scenario() -> tuple[list[events.Event], list[events.Event]]:
-        running = asyncio.create_task(pacer.run(interval=3600.0))
-        await asyncio.sleep(0)
-        before = list(recorded)
-        pacer.event(events.GenerationStarted(
-            job="job", generation=0, world_size=4, master_port=29500, restart_count=0,
-            restore_source="none", restore_step=0, plan_seconds=0.0))
-        for _ in range(3):
-            await asyncio.sleep(0)
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
-        return before, list(recorded)
-
-    before, after = asyncio.run(scenario())
-    assert before == []
-    assert [type(event) for event in after] == [events.SnapshotIntervalChosen]
+    pacer, agent, recorded = _pacer("auto", clock)
+    for _ in range(10):  # steps, but no snapshot: a script that never calls checkpoint()
+        agent.statistics.began(0, clock.now)
+        clock.now += 0.155
+    pacer.tick()
+    assert recorded == []
+    _steps(agent, clock, count=20, step=0.155, stall=0.031, every=1)
+    pacer.tick()
+    chosen = [e for e in recorded if isinstance(e, events.SnapshotIntervalChosen)]
+    assert [e.recommended is None for e in chosen] == [True, False]
+    assert chosen[0].interval == 1
+    assert chosen[1].interval > 1
 
 
 def test_the_stall_is_the_slowest_ranks() -> None:

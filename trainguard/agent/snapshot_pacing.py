@@ -2,8 +2,8 @@
 
 Every review takes the recent step and snapshot times from the agent's statistics and the faults
 and persist times from the job's events, lets the rule choose, has the agent tell the ranks
-(:meth:`NodeAgent.pace_snapshots`), and records a ``snapshot-interval`` event at start (just after
-the first generation's), at the first measured choice, and when the interval or the
+(:meth:`NodeAgent.pace_snapshots`), and records a ``snapshot-interval`` event at start (once the
+first snapshot is in), at the first measured choice, and when the interval or the
 recommendation changes.
 """
 
@@ -48,13 +48,11 @@ class SnapshotPacer:
         self._failures = 0
         self._persist_seconds: list[float] = []
         self._recorded: snapshot_interval.IntervalChoice | None = None
-        self._generation_started = asyncio.Event()
+        self._started = False
 
     def event(self, event: events.Event) -> None:
         """Count the job's faults and persist times (subscribed to its events)."""
-        if isinstance(event, events.GenerationStarted):
-            self._generation_started.set()
-        elif isinstance(event, events.FaultDetected):
+        if isinstance(event, events.FaultDetected):
             self._failures += 1
         elif isinstance(event, events.CheckpointPersisted):
             self._persist_seconds = [*self._persist_seconds[-9:], event.seconds]
@@ -116,11 +114,18 @@ class SnapshotPacer:
                 persist_optimum_seconds=choice.persist_optimum_seconds, reason=choice.reason))
         return choice
 
+    def tick(self) -> None:
+        """Nothing until the job's first snapshot (a script without a session takes none, and
+        its events then start with the generation's); then the start, then reviews."""
+        if not self._agent.statistics.snapshot_seconds:
+            return
+        if not self._started:
+            self._started = True
+            self.start()
+        self.review()
+
     async def run(self, *, interval: float) -> None:
-        """Record the start once the first generation has (its event comes first), then
-        review every ``interval`` seconds until cancelled."""
-        await self._generation_started.wait()
-        self.start()
+        """:meth:`tick` every ``interval`` seconds until cancelled."""
         while True:
             await asyncio.sleep(interval)
-            self.review()
+            self.tick()

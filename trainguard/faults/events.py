@@ -312,8 +312,8 @@ class RunMeasured(Event):
 
 @dataclasses.dataclass(frozen=True)
 class SnapshotIntervalChosen(Event):
-    """How many steps lie between memory snapshots, and why (R4): at start, once measured, and
-    whenever the interval or the recommendation changes."""
+    """How many steps lie between memory snapshots, and why (R4): at the first snapshot, once
+    measured, and whenever the interval or the recommendation changes."""
 
     KIND: ClassVar[str] = "snapshot-interval"
     interval: int  # steps between snapshots from now on
