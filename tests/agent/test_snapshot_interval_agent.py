@@ -1,4 +1,5 @@
-"""The agent tells every rank the snapshot interval, counted from a step no rank has begun."""
+"""The agent tells every rank the snapshot interval, counted from a step no rank has begun, on
+the grid of the restored step."""
 
 from __future__ import annotations
 
@@ -64,5 +65,7 @@ def test_a_new_interval_reaches_every_rank_from_the_same_unbegun_step() -> None:
 
     sent, every, reconnected = asyncio.run(scenario())
     assert every == 4
-    assert sent == [[messages.SnapshotInterval(every=4, from_step=33)]] * 3
+    # The furthest rank began 31: 33 is the first step none can have reached; 36 is the next
+    # on the grid of the restored step 12, which a rank connecting later counts from.
+    assert sent == [[messages.SnapshotInterval(every=4, from_step=36)]] * 3
     assert reconnected == [messages.SnapshotInterval(every=4, from_step=12)]

@@ -15,6 +15,7 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -395,15 +396,18 @@ class NodeAgent:
 
     def pace_snapshots(self, every: int) -> None:
         """Snapshot every ``every`` steps from a step no rank has begun, so that all switch at
-        the same step; a rank started or rejoining later counts from its restored step."""
+        the same step. A rank that connects later counts from the restored step: the step is
+        on that grid too, so it snapshots the same steps from there on."""
         if every == self.snapshot_every:
             return
         self.snapshot_every = every
         generation = self._generation
         if generation is None:
             return
+        restored = generation.restore.step
         begun = [w.begun_step for w in generation.workers.values() if w.begun_step is not None]
-        from_step = max(begun) + 2 if begun else generation.restore.step
+        unbegun = max(begun) + 2 if begun else restored
+        from_step = restored + math.ceil((unbegun - restored) / every) * every
         for worker in generation.workers.values():
             worker.send(messages.SnapshotInterval(every, from_step))
 
