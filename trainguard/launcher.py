@@ -24,6 +24,7 @@ from trainguard.agent import (
     node_agent,
     persister_client,
     rendezvous_stores,
+    snapshot_pacing,
     snapshot_slots,
     standby_client,
     step_statistics,
@@ -50,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 STORE_NAME = "state.db"
 LIVE_INTERVAL = 1.0  # seconds between updates of the live document and the metrics' rank view
+SNAPSHOT_REVIEW_INTERVAL = 2.0  # seconds between reviews of the snapshot interval
 CHECKPOINT_BEHIND_EXIT_CODE = 3
 """The exit code of a job that succeeded while its checkpoint on disk is behind its state in
 memory (the checkpoint directory filled up or turned read-only): the run is not done as far as
@@ -112,6 +114,7 @@ class RunReport:
     snapshot_seconds: float | None  # median time training was blocked per snapshot
     training_seconds: float | None  # first step started -> job ended
     checkpoint_lag: checkpoint_memory.CheckpointLag | None = None  # the disk is behind memory
+    snapshot_every: int = 1  # steps between snapshots at the end (--snapshot-every)
 
     @property
     def exit_code(self) -> int:
@@ -206,7 +209,10 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     controller = job_controller.JobController(
         settings.recovery, job=agent_settings.run_id, world_size=agent_settings.nproc_per_node,
         agent=agent, recorder=events_recorder, clock=clock, device_faults=engine)
+    pacer = snapshot_pacing.SnapshotPacer(agent_settings, agent=agent,
+                                          record=events_recorder.record, clock=clock)
     events_recorder.subscribe(tally.event)
+    events_recorder.subscribe(pacer.event)
     if exporter is not None:
         events_recorder.subscribe(exporter.event)
     if observer is not None:
@@ -223,6 +229,7 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
         sampling = asyncio.create_task(_record_progress(
             agent, events_recorder.record, clock, job=agent_settings.run_id,
             interval=settings.progress_interval))
+        pacing = asyncio.create_task(pacer.run(interval=SNAPSHOT_REVIEW_INTERVAL))
         watch = asyncio.create_task(device_levels.watch(
             engine, config=config, interval=settings.fault_config_interval,
             record=events_recorder.record, clock=clock, job=agent_settings.run_id))
@@ -245,9 +252,11 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
         finally:
             progress.cancel()
             sampling.cancel()
+            pacing.cancel()
             watch.cancel()
             publishing.cancel()
-            await asyncio.gather(progress, sampling, watch, publishing, return_exceptions=True)
+            await asyncio.gather(progress, sampling, pacing, watch, publishing,
+                                 return_exceptions=True)
             await agent.close()
             _publish_once(agent, events_recorder, tally, exporter, clock=clock)
             if server is not None:
@@ -256,7 +265,8 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     return RunReport(
         result=result, run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir,
         step_seconds=measured.step_seconds, snapshot_seconds=measured.snapshot_seconds,
-        training_seconds=measured.training_seconds, checkpoint_lag=lag)
+        training_seconds=measured.training_seconds, checkpoint_lag=lag,
+        snapshot_every=agent.snapshot_every)
 
 
 @contextlib.contextmanager

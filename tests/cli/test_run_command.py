@@ -202,6 +202,13 @@ def test_bad_environment_value_names_the_variable(script: Path,
     (["--spare-devices", "-1"], "spare-devices must be >= 0, got -1"),
     (["--leave-timeout", "-1"], "leave-timeout must be > 0 seconds, got -1.0"),
     (["--leave-timeout", "0"], "leave-timeout must be > 0 seconds, got 0.0"),
+    (["--snapshot-every", "0"], "snapshot-every must be 'auto' or a number of steps >= 1, "
+                                "got '0'"),
+    (["--snapshot-every", "often"], "snapshot-every must be 'auto' or a number of steps"),
+    (["--snapshot-share", "0"], "snapshot-share must be > 0 and < 1, got 0.0"),
+    (["--snapshot-share", "1"], "snapshot-share must be > 0 and < 1, got 1.0"),
+    (["--snapshot-share", "nan"], "snapshot-share must be > 0 and < 1, got nan"),
+    (["--device-failure-interval", "0"], "device-failure-interval must be > 0 seconds"),
 ])
 def test_meaningless_numbers_are_refused(args: list[str], expected: str, script: Path) -> None:
     with pytest.raises(run_command.UsageError) as caught:
@@ -287,3 +294,16 @@ def test_an_unknown_flag_far_from_any_gets_no_guess(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         run_command.parser().parse_args(["--zzzzzzzz", "x.py"])
     assert capsys.readouterr().err.rstrip().endswith("unrecognized arguments: --zzzzzzzz")
+
+
+def test_snapshot_every_takes_auto_or_steps_from_flag_environment_or_file(
+        script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse([str(script)]).agent.snapshot_interval == 1
+    assert parse(["--snapshot-every", "auto", str(script)]).agent.snapshot_interval is None
+    config = tmp_path / "trainguard.toml"
+    config.write_text('snapshot-every = "auto"\nsnapshot-share = 0.1\n')
+    settings = parse(["--config", str(config), str(script)]).agent
+    assert (settings.snapshot_interval, settings.snapshot_share) == (None, 0.1)
+    monkeypatch.setenv("TRAINGUARD_SNAPSHOT_EVERY", "25")
+    assert parse(["--config", str(config), str(script)]).agent.snapshot_interval == 25
+    assert parse(["--snapshot-every", "4", str(script)]).agent.snapshot_interval == 4

@@ -41,6 +41,7 @@ EVERY_MESSAGE: list[messages.Message] = [
     messages.LeftGeneration(generation=2, step=None, error="", code="", time=13.5),
     messages.Abort(generation=2),
     messages.Rejoin(generation=3, master_port=29511, restart_count=1),
+    messages.SnapshotInterval(every=4, from_step=42),
     messages.RestorePlan(request_id=14, source=messages.RestoreSource.PEER, step=40, path="",
                          next_slot=0, slot_paths=["", ""], note="", peer=0, send_to=[]),
     messages.InjectRequest(request_id=1, rank=0, kind=messages.InjectionKind.CRASH, at_step=None),
@@ -62,7 +63,7 @@ def test_every_message_type_is_covered() -> None:
         and getattr(messages, name) is not messages.Message
     }
     assert covered == declared
-    assert len(declared) == 21
+    assert len(declared) == 22
 
 
 @pytest.mark.parametrize("message", EVERY_MESSAGE, ids=lambda m: type(m).__name__)
@@ -283,3 +284,9 @@ def test_decode_rejects_bad_enum_value_listing_the_allowed_ones(
 
     assert caught.value.field == field
     assert str(caught.value) == text
+
+
+def test_a_snapshot_interval_below_one_step_is_refused_naming_the_field() -> None:
+    with pytest.raises(messages.MessageError, match="'every' is 0") as raised:
+        messages.decode(_line(type="snapshot-interval", every=0, from_step=3))
+    assert raised.value.field == "every"

@@ -15,6 +15,7 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -110,6 +111,7 @@ class NodeAgent:
             end=lambda worker: self._signal(worker, signal.SIGKILL), log=self._log)
         self._changed = asyncio.Event()  # a worker committed a snapshot or exited
         self.statistics = step_statistics.StepStatistics()
+        self.snapshot_every = settings.snapshot_interval or 1  # auto starts at every step
 
     @property
     def address(self) -> str:
@@ -238,6 +240,7 @@ class NodeAgent:
             generation.workers[worker.rank] = worker
             self._detector.start(worker.rank, at=now)
             worker.send(messages.Rejoin(number, generation.master_port, restart_count))
+            worker.send(messages.SnapshotInterval(self.snapshot_every, restore.step))
         for rank in sorted(replace):
             if to_spares:
                 self._launcher.move_to_spare(rank)
@@ -414,8 +417,27 @@ class NodeAgent:
         if worker is None:
             return False
         worker.link = writer
+        worker.send(messages.SnapshotInterval(self.snapshot_every,
+                                              self._current().restore.step))
         self._injector.connected(worker)
         return True
+
+    def pace_snapshots(self, every: int) -> None:
+        """Snapshot every ``every`` steps from a step no rank has begun, so that all switch at
+        the same step. A rank that connects later counts from the restored step: the step is
+        on that grid too, so it snapshots the same steps from there on."""
+        if every == self.snapshot_every:
+            return
+        self.snapshot_every = every
+        generation = self._generation
+        if generation is None:
+            return
+        restored = generation.restore.step
+        begun = [w.begun_step for w in generation.workers.values() if w.begun_step is not None]
+        unbegun = max(begun) + 2 if begun else restored
+        from_step = restored + math.ceil((unbegun - restored) / every) * every
+        for worker in generation.workers.values():
+            worker.send(messages.SnapshotInterval(every, from_step))
 
     def worker_disconnected(self, hello: messages.Hello) -> None:
         worker = self._worker(hello)

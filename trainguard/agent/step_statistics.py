@@ -16,6 +16,7 @@ import statistics
 __all__ = ["Progress", "RankActivity", "StepStatistics"]
 
 _RECENT = 20  # steps the console's rate and each rank's rate are taken over
+_RECENT_STALLS = 64  # snapshot steps whose slowest stall is kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +58,9 @@ class StepStatistics:
         self.first_step_at: float | None = None  # monotonic: the job's first step began
         self.step_intervals: list[float] = []
         self.snapshot_seconds: list[float] = []
+        self.slowest_stalls: collections.OrderedDict[int, float] = collections.OrderedDict()
+        """Step -> the longest any rank was blocked for its snapshot of that step, for the
+        recent snapshot steps: the others wait for the slowest at their next collective."""
         self._last_begin: float | None = None
         self._ranks: dict[int, _RankRecord] = collections.defaultdict(_RankRecord)
 
@@ -79,6 +83,9 @@ class StepStatistics:
 
     def snapshot(self, rank: int, *, step: int, nbytes: int, seconds: float, at: float) -> None:
         self.snapshot_seconds.append(seconds)
+        self.slowest_stalls[step] = max(seconds, self.slowest_stalls.get(step, 0.0))
+        if len(self.slowest_stalls) > _RECENT_STALLS:
+            self.slowest_stalls.popitem(last=False)
         record = self._ranks[rank]
         record.snapshot_step, record.snapshot_at = step, at
         record.snapshot_bytes, record.snapshot_seconds = nbytes, seconds

@@ -22,6 +22,7 @@ _STYLES = {
     events.RecoveryCompleted.KIND: "bold green",
     events.CheckpointRejected.KIND: "bold yellow",
     events.JobFinished.KIND: "bold",
+    events.SnapshotIntervalChosen.KIND: "cyan",
 }
 
 
@@ -150,6 +151,10 @@ def render_summary(report: RunReport, console: Console) -> None:
     totals.add_row("wall time", _seconds(result.wall_seconds))
     totals.add_row("step time (median)", _seconds(report.step_seconds))
     totals.add_row("snapshot stall (median)", _seconds(report.snapshot_seconds))
+    if steps_reported:
+        every = report.snapshot_every
+        totals.add_row("snapshots", "every step" if every == 1 else
+                       f"every {every} steps (a fault loses up to {every - 1})")
     if report.goodput is not None:
         totals.add_row("goodput", f"{report.goodput:.1%}")
     totals.add_row("events", f"trainguard events --run-dir {report.run_dir}")

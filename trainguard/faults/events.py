@@ -28,6 +28,7 @@ __all__ = [
     "RecoveryCompleted",
     "RecoveryFailed",
     "RunMeasured",
+    "SnapshotIntervalChosen",
     "StepProgress",
     "goodput",
     "known_kinds",
@@ -307,6 +308,28 @@ class RunMeasured(Event):
     def summary(self) -> str:
         share = f", goodput {self.goodput:.1%}" if self.goodput is not None else ""
         return f"{self.steps_completed} steps completed{share}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotIntervalChosen(Event):
+    """How many steps lie between memory snapshots, and why (R4): at the first snapshot, once
+    measured, and whenever the interval or the recommendation changes."""
+
+    KIND: ClassVar[str] = "snapshot-interval"
+    interval: int  # steps between snapshots from now on
+    requested: str  # --snapshot-every: "auto" or a number of steps
+    recommended: int | None  # what auto would choose; None before the first measurement
+    stall_seconds: float | None  # median time training was blocked per snapshot
+    step_seconds: float | None  # median step, its snapshot left out
+    share: float  # --snapshot-share
+    mtbf_seconds: float | None  # the job's mean time between failures that was assumed
+    mtbf_observed: bool  # that was the job's own rate, not the prior
+    optimum_steps: int | None  # the Young/Daly optimum
+    persist_optimum_seconds: float | None  # the same rule for --persist-interval
+    reason: str
+
+    def summary(self) -> str:
+        return self.reason
 
 
 def known_kinds() -> list[str]:

@@ -43,6 +43,7 @@ __all__ = [
     "RestoreSource",
     "SlotGranted",
     "SnapshotCommitted",
+    "SnapshotInterval",
     "StepMark",
     "StepPhase",
     "StopAt",
@@ -311,6 +312,23 @@ class Rejoin(Message):
     restart_count: int
 
 
+@dataclasses.dataclass(frozen=True)
+class SnapshotInterval(Message):
+    """Snapshot every ``every`` steps, counted from step ``from_step``: ``checkpoint(step=s)``
+    saves when ``s >= from_step`` and ``(s - from_step) % every == 0``, and before ``from_step``
+    keeps the rule it had. The agent names a step no rank has reached, so that every rank
+    snapshots the same steps (a step is complete only once every rank has it)."""
+
+    TYPE: ClassVar[str] = "snapshot-interval"
+    every: int
+    from_step: int
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise MessageError(f"{self.TYPE}: field 'every' is {self.every}, expected >= 1",
+                               field="every")
+
+
 # --- control client <-> agent ----------------------------------------------------------------
 
 
@@ -353,6 +371,7 @@ _TYPES: dict[str, type[Message]] = {
         StopAt,
         Abort,
         Rejoin,
+        SnapshotInterval,
         InjectRequest,
         ControlReply,
     )

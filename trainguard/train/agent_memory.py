@@ -34,9 +34,22 @@ class AgentMemoryBackend:
         self._slot_paths = ["", ""]
         self._mapped: dict[int, snapshot.MappedSlot] = {}
         self._next_slot = 0
+        # (before, current) rules of messages.SnapshotInterval, each (every, from_step): one
+        # tuple, replaced whole, since the reader thread sets it while training reads it.
+        self._intervals = ((1, 0), (1, 0))
 
     def due(self, step: int) -> bool:
-        return True  # every checkpoint is a memory snapshot; the agent paces the disk writes
+        """On the steps of the agent's interval (every step until it says otherwise)."""
+        before, current = self._intervals
+        every, start = current if step >= current[1] else before
+        return (step - start) % every == 0
+
+    def pace(self, order: messages.SnapshotInterval) -> None:
+        """Take the agent's interval: from ``order.from_step`` on, the rule before it stays."""
+        before, current = self._intervals
+        if order.from_step > current[1]:
+            before = current
+        self._intervals = (before, (order.every, order.from_step))
 
     def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float) -> float:
         """Copy ``tree`` into the next slot; the agent persists it to disk in the background.

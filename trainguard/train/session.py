@@ -156,6 +156,7 @@ class Session:
         self._stop_at: int | None = None
         self._tracked: Mapping[str, Any] | None = None
         self._saved_step: int | None = None
+        self._skipped_step: int | None = None  # checkpoint() was not due; no step began since
         self._closed = False
         self._in_process = False  # training runs under run(): faults do not end the process
         self._communicator: communicator.Communicator | None = None
@@ -175,10 +176,11 @@ class Session:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
             raise SessionError(str(error)) from error
-        self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         self._state = agent_memory.AgentMemoryBackend(
             self._link, rank=self.rank, world_size=self.world_size,
             request_timeout=request_timeout)
+        # After the backend: the agent answers the hello with orders (the snapshot interval).
+        self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -220,6 +222,9 @@ class Session:
             elif isinstance(order, messages.Rejoin):
                 self._rejoin = order
                 self._rejoined.notify_all()
+            elif isinstance(order, messages.SnapshotInterval) and isinstance(
+                    self._state, agent_memory.AgentMemoryBackend):
+                self._state.pace(order)
 
     def _on_uncaught(self, error: BaseException) -> None:
         code = error.code if isinstance(error, DeviceError) else ""
@@ -299,6 +304,7 @@ class Session:
         Under :meth:`run`, it is also the step guard: an error inside the step makes this
         rank leave the generation (raising :class:`GenerationAborted`) instead of the process.
         """
+        self._skipped_step = None
         self._before_step(step)
         self._link.send(messages.StepMark(step, messages.StepPhase.BEGIN, time.monotonic()))
         try:
@@ -364,7 +370,7 @@ class Session:
     def _stop(self, *, resume_step: int) -> None:
         """Dying checkpoint, then exit: every rank stops after the same step."""
         if self._tracked is not None and self._saved_step != resume_step:
-            self.checkpoint(self._tracked, step=resume_step)
+            self._save(self._tracked, step=resume_step)
         self.close()
         raise SystemExit(0)
 
@@ -376,18 +382,27 @@ class Session:
     def checkpoint(self, state: Mapping[str, Any], *, step: int) -> None:
         """Save ``state``; ``step`` is the step to resume at.
 
-        Under ``trainguard run``, a snapshot into the agent's shared memory: it returns once the
-        bytes are copied, and the agent persists them to disk in the background. Without an
-        agent, every ``checkpoint_every``-th step is written to the checkpoint directory (every
-        rank calls it for the same steps: with several ranks, it is a collective); other calls
-        return at once.
+        Under ``trainguard run``, a snapshot into the agent's shared memory on the steps of
+        ``--snapshot-every`` (every step by default): it returns once the bytes are copied, and
+        the agent persists them to disk in the background. Without an agent, every
+        ``checkpoint_every``-th step is written to the checkpoint directory (every rank calls
+        it for the same steps: with several ranks, it is a collective). Other calls return at
+        once; under ``trainguard run`` the last of them, when no step follows it, is saved when
+        the session closes, so the final state is never left out.
 
         Raises:
             SessionError: the agent could not reserve memory for the snapshot; without an
                 agent, several ranks but no process group.
         """
         if not self._state.due(step):
+            self._tracked = state
+            self._skipped_step = step
             return
+        self._save(state, step=step)
+
+    def _save(self, state: Mapping[str, Any], *, step: int) -> None:
+        """Save now, due or not (a dying checkpoint, a state a peer sent)."""
+        self._skipped_step = None
         started = time.perf_counter()
         self._activity(messages.ActivityKind.CHECKPOINT, True)
         tree = {
@@ -418,6 +433,7 @@ class Session:
             SessionError: the saved state does not match ``state``'s keys, or cannot be read.
         """
         started = time.perf_counter()
+        self._skipped_step = None
         self._activity(messages.ActivityKind.RESTORE, True)
         try:
             loaded = self._state.load()
@@ -437,7 +453,7 @@ class Session:
                 # State from a peer is in no memory slot of this rank: snapshot it now, or
                 # the step is complete nowhere until this rank's next snapshot (never, when
                 # it was the last step) and a second fault would lose it.
-                self.checkpoint(state, step=step)
+                self._save(state, step=step)
         self.restored = RestoreInfo(loaded.source, step, time.perf_counter() - started,
                                     loaded.note)
         self._activity(messages.ActivityKind.RESTORE, False)
@@ -476,6 +492,12 @@ class Session:
         """
         if self._closed:
             return
+        if self._agent and self._tracked is not None and self._skipped_step is not None:
+            try:  # the final state: no step followed the checkpoint that was not due
+                self._save(self._tracked, step=self._skipped_step)
+            except (SessionError, agent_link.AgentLinkError) as error:
+                logger.warning("rank %d: the final state (step %d) was not snapshotted: %s",
+                               self.rank, self._skipped_step, error)
         self._closed = True
         self._link.send(messages.Finished(time.monotonic()))
         self._link.close()

@@ -1,0 +1,71 @@
+"""The agent tells every rank the snapshot interval, counted from a step no rank has begun, on
+the grid of the restored step."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from trainguard import clock as clocks
+from trainguard.agent import checkpoint_memory, node_agent, workers
+from trainguard.agent.settings import AgentSettings
+from trainguard.detect import heartbeat
+from trainguard.ipc import messages
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.sent: list[messages.Message] = []
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(messages.decode(data))
+
+
+def _worker(rank: int, begun: int | None) -> tuple[workers.WorkerState, FakeWriter]:
+    pump: Any = None
+    writer = FakeWriter()
+    link: Any = writer
+    worker = workers.WorkerState(rank=rank, local_rank=rank, error_file=Path("/nonexistent"),
+                                 stdout=pump, stderr=pump, started_at=0.0, pid=100 + rank,
+                                 link=link, begun_step=begun)
+    return worker, writer
+
+
+def test_a_new_interval_reaches_every_rank_from_the_same_unbegun_step() -> None:
+    async def scenario() -> tuple[list[list[messages.Message]], int, list[messages.Message]]:
+        settings = AgentSettings(nproc_per_node=3, run_id="job", run_dir=Path("/nonexistent"),
+                                 program=workers.ProgramSpec("path", "train.py", ()),
+                                 snapshot_every="auto")
+        checkpoints: Any = None
+        agent = node_agent.NodeAgent(
+            settings, detector=heartbeat.HangDetector(heartbeat.HeartbeatSettings()),
+            checkpoints=checkpoints, clock=clocks.SystemClock(), base_env={},
+            on_injection=lambda *_: None)
+        restore = checkpoint_memory.RestoreChoice(messages.RestoreSource.MEMORY, 12, {}, "")
+        generation = workers.Generation(number=1, restart_count=1, master_port=29500,
+                                        started_at=0.0, restore=restore)
+        writers = []
+        for rank, begun in enumerate((30, 31, None)):
+            generation.workers[rank], writer = _worker(rank, begun)
+            writers.append(writer)
+        agent._generation = generation
+        agent.pace_snapshots(1)  # unchanged: nothing sent
+        agent.pace_snapshots(4)
+        sent = [list(writer.sent) for writer in writers]
+        # A rank that (re)connects counts from the step its generation restores.
+        reconnected = FakeWriter()
+        stream: Any = reconnected
+        assert agent.worker_connected(messages.Hello(rank=2, local_rank=2, pid=102,
+                                                     generation=1), stream)
+        return sent, agent.snapshot_every, reconnected.sent
+
+    sent, every, reconnected = asyncio.run(scenario())
+    assert every == 4
+    # The furthest rank began 31: 33 is the first step none can have reached; 36 is the next
+    # on the grid of the restored step 12, which a rank connecting later counts from.
+    assert sent == [[messages.SnapshotInterval(every=4, from_step=36)]] * 3
+    assert reconnected == [messages.SnapshotInterval(every=4, from_step=12)]

@@ -1,0 +1,149 @@
+"""The pacer: measures from the agent's statistics, tells the ranks, records when noteworthy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainguard.agent import snapshot_pacing, step_statistics, workers
+from trainguard.agent.settings import AgentSettings
+from trainguard.faults import events, process
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now
+
+
+class FakeAgent:
+    def __init__(self, every: int) -> None:
+        self.statistics = step_statistics.StepStatistics()
+        self.snapshot_every = every
+        self.paced: list[int] = []
+
+    def pace_snapshots(self, every: int) -> None:
+        self.paced.append(every)
+        self.snapshot_every = every
+
+
+def _settings(every: str, **extra: float) -> AgentSettings:
+    return AgentSettings(nproc_per_node=4, program=workers.ProgramSpec("path", "train.py", ()),
+                         run_id="job", run_dir=Path("/nonexistent"), snapshot_every=every,
+                         **extra)  # type: ignore[arg-type]
+
+
+def _pacer(every: str, clock: FakeClock, **extra: float
+           ) -> tuple[snapshot_pacing.SnapshotPacer, FakeAgent, list[events.Event]]:
+    settings = _settings(every, **extra)
+    agent = FakeAgent(settings.snapshot_interval or 1)
+    recorded: list[events.Event] = []
+    pacer = snapshot_pacing.SnapshotPacer(settings, agent=agent, record=recorded.append,
+                                          clock=clock)
+    return pacer, agent, recorded
+
+
+def _steps(agent: FakeAgent, clock: FakeClock, *, count: int, step: float, stall: float,
+           every: int) -> None:
+    """``count`` steps of rank 0, a snapshot after every ``every``-th."""
+    for index in range(count):
+        agent.statistics.began(0, clock.now)
+        clock.now += step
+        if index % every == 0:
+            agent.statistics.snapshot(0, step=index + 1, nbytes=75 << 20, seconds=stall,
+                                      at=clock.now)
+            clock.now += stall
+
+
+def test_auto_starts_every_step_then_moves_once_the_stall_is_measured() -> None:
+    clock = FakeClock()
+    pacer, agent, recorded = _pacer("auto", clock)
+    pacer.start()
+    assert [(e.interval, e.recommended) for e in recorded
+            if isinstance(e, events.SnapshotIntervalChosen)] == [(1, None)]
+    assert "auto: every step until the stall is measured" in recorded[0].summary()
+    assert pacer.review() is None  # nothing measured yet
+    _steps(agent, clock, count=20, step=0.155, stall=0.031, every=1)
+    choice = pacer.review()
+    assert choice is not None
+    assert choice.interval == 4
+    assert agent.paced == [4]
+    chosen = recorded[-1]
+    assert isinstance(chosen, events.SnapshotIntervalChosen)
+    assert (chosen.interval, chosen.requested, chosen.optimum_steps) == (4, "auto",
+                                                                         choice.optimum)
+    assert chosen.stall_seconds == pytest.approx(0.031)
+    assert chosen.step_seconds == pytest.approx(0.155)
+    pacer.review()  # nothing changed: nothing recorded
+    assert len(recorded) == 2
+
+
+def test_a_fixed_interval_is_kept_and_recommended_against_once() -> None:
+    clock = FakeClock()
+    pacer, agent, recorded = _pacer("1", clock)
+    _steps(agent, clock, count=20, step=0.155, stall=0.031, every=1)
+    pacer.review()
+    pacer.review()
+    assert agent.snapshot_every == 1
+    assert len(recorded) == 1
+    assert "recommended: every 4 steps (--snapshot-every 4)" in recorded[0].summary()
+
+
+def test_observed_faults_replace_the_prior() -> None:
+    clock = FakeClock()
+    pacer, agent, recorded = _pacer("auto", clock)
+    _steps(agent, clock, count=20, step=1.0, stall=2.0, every=1)
+    assert pacer.review() is not None
+    assert agent.snapshot_every == 40  # the budget: the prior's optimum is far longer
+    fault = process.ProcessFault(rank=1, pid=7, kind=process.ProcessFaultKind.EXITED,
+                                 detected_at=clock.now, returncode=-9)
+    for _ in range(3):
+        pacer.event(events.FaultDetected.of(job="job", generation=0, fault=fault))
+    choice = pacer.review()
+    assert choice is not None
+    assert choice.mtbf_observed
+    assert choice.interval == choice.optimum < 40
+    assert isinstance(recorded[-1], events.SnapshotIntervalChosen)
+    assert recorded[-1].mtbf_observed
+
+
+def test_nothing_is_recorded_before_the_first_snapshot_then_the_start_and_the_choice(
+        ) -> None:
+    clock = FakeClock()
+    pacer, agent, recorded = _pacer("auto", clock)
+    for _ in range(10):  # steps, but no snapshot: a script that never calls checkpoint()
+        agent.statistics.began(0, clock.now)
+        clock.now += 0.155
+    pacer.tick()
+    assert recorded == []
+    _steps(agent, clock, count=20, step=0.155, stall=0.031, every=1)
+    pacer.tick()
+    chosen = [e for e in recorded if isinstance(e, events.SnapshotIntervalChosen)]
+    assert [e.recommended is None for e in chosen] == [True, False]
+    assert chosen[0].interval == 1
+    assert chosen[1].interval > 1
+
+
+def test_the_stall_is_the_slowest_ranks() -> None:
+    """With one rank copying for its replicas, the others' near-zero stalls must not hide it."""
+    clock = FakeClock()
+    pacer, agent, _ = _pacer("auto", clock)
+    for index in range(20):
+        agent.statistics.began(0, clock.now)
+        clock.now += 0.155
+        for rank in range(4):
+            agent.statistics.snapshot(rank, step=index + 1, nbytes=1,
+                                      seconds=0.031 if rank == 0 else 0.0001, at=clock.now)
+        clock.now += 0.031
+    measured = pacer.measured()
+    assert measured is not None
+    assert measured.stall_seconds == pytest.approx(0.031)
+    choice = pacer.review()
+    assert choice is not None
+    assert choice.interval == 4

@@ -1,0 +1,157 @@
+"""The training side of --snapshot-every: which checkpoint() calls save, and the final state."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trainguard.ipc import messages
+from trainguard.train import agent_memory, session
+
+
+def _backend() -> agent_memory.AgentMemoryBackend:
+    """due() and pace() never touch the link."""
+    link: Any = None
+    return agent_memory.AgentMemoryBackend(link, rank=0, world_size=1, request_timeout=1.0)
+
+
+def test_every_step_is_due_until_the_agent_says_otherwise() -> None:
+    assert all(_backend().due(step) for step in range(50))
+
+
+def test_the_interval_counts_from_its_step_and_the_rule_before_it_stays() -> None:
+    backend = _backend()
+    backend.pace(messages.SnapshotInterval(every=3, from_step=10))
+    assert [s for s in range(5, 20) if backend.due(s)] == [5, 6, 7, 8, 9, 10, 13, 16, 19]
+    backend.pace(messages.SnapshotInterval(every=2, from_step=20))
+    assert [s for s in range(10, 25) if backend.due(s)] == [10, 13, 16, 19, 20, 22, 24]
+
+
+def test_a_restore_anchors_the_interval_at_the_restored_step() -> None:
+    backend = _backend()
+    backend.pace(messages.SnapshotInterval(every=4, from_step=40))
+    backend.pace(messages.SnapshotInterval(every=4, from_step=37))  # rolled back to 37
+    assert [s for s in range(37, 50) if backend.due(s)] == [37, 41, 45, 49]
+
+
+class FakeAgent:
+    """Grants slots as files, plans fresh starts, sends orders, and collects what arrives."""
+
+    def __init__(self, directory: Path) -> None:
+        self.address = f"@trainguard-test-{uuid.uuid4().hex}"
+        self._directory = directory
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind("\0" + self.address[1:])
+        self._listener.listen(1)
+        self.received: list[messages.Message] = []
+        self.arrived = threading.Condition()
+        self.connection: socket.socket | None = None
+        self._connected = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.connection, _ = self._listener.accept()
+        self._connected.set()
+        for line in self.connection.makefile("rb"):
+            message = messages.decode(line)
+            with self.arrived:
+                self.received.append(message)
+                self.arrived.notify_all()
+            if isinstance(message, messages.ReserveSlot):
+                path = self._directory / f"slot-{message.slot}"
+                with path.open("wb") as stream:
+                    stream.truncate(message.nbytes)
+                self.connection.sendall(messages.encode(messages.SlotGranted(
+                    message.request_id, message.slot, str(path), message.nbytes)))
+            elif isinstance(message, messages.RestorePlanRequest):
+                self.connection.sendall(messages.encode(messages.RestorePlan(
+                    message.request_id, messages.RestoreSource.NONE, 0, "", 0, ["", ""], "")))
+
+    def order(self, message: messages.Message) -> None:
+        assert self._connected.wait(10)
+        assert self.connection is not None
+        self.connection.sendall(messages.encode(message))
+
+    def wait_for(self, done: Any) -> list[messages.Message]:
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: done(self.received), 10), self.received
+            return list(self.received)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self._listener.close()
+
+
+@pytest.fixture
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAgent]:
+    fake = FakeAgent(tmp_path)
+    monkeypatch.setenv("TRAINGUARD_AGENT_SOCKET", fake.address)
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+        monkeypatch.setenv(name, value)
+    yield fake
+    fake.close()
+
+
+def _committed(received: list[messages.Message]) -> list[int]:
+    return [m.step for m in received if isinstance(m, messages.SnapshotCommitted)]
+
+
+def _train(trainer: session.Session, state: dict[str, Any], steps: range) -> None:
+    model = state["model"]
+    for step in steps:
+        with trainer.step(step):
+            model.weight.data += 1.0
+        trainer.checkpoint(state, step=step + 1)
+
+
+def _start(agent: FakeAgent, every: int, *orders: messages.Message
+           ) -> tuple[session.Session, dict[str, Any]]:
+    """A session that has the interval (and ``orders``): they go out before the restore plan,
+    and the reader thread hands orders over in the order they arrive."""
+    trainer = session.Session(handle_sigterm=False)
+    state = {"model": torch.nn.Linear(2, 2)}
+    for order in (messages.SnapshotInterval(every=every, from_step=0), *orders):
+        agent.order(order)
+    assert trainer.restore(state) == 0
+    return trainer, state
+
+
+def _finished(agent: FakeAgent) -> list[messages.Message]:
+    return agent.wait_for(lambda r: any(isinstance(m, messages.Finished) for m in r))
+
+
+def test_only_due_steps_are_saved_and_the_last_state_when_no_step_follows(
+        agent: FakeAgent) -> None:
+    trainer, state = _start(agent, 3)
+    _train(trainer, state, range(7))
+    assert _committed(agent.wait_for(lambda r: len(_committed(r)) >= 2)) == [3, 6]
+    trainer.close()
+    received = _finished(agent)
+    assert _committed(received) == [3, 6, 7], "the final state (step 7) was not saved"
+    assert isinstance(received[-1], messages.Finished)  # after the final snapshot
+
+
+def test_a_skipped_checkpoint_followed_by_a_step_is_not_saved_at_close(
+        agent: FakeAgent) -> None:
+    trainer, state = _start(agent, 5)
+    _train(trainer, state, range(6))  # saves 5; 6 is skipped
+    with trainer.step(6):  # a step began after it: the state is no longer that of step 6
+        pass
+    trainer.close()
+    assert _committed(_finished(agent)) == [5]
+
+
+def test_the_dying_checkpoint_is_saved_though_not_due(agent: FakeAgent) -> None:
+    trainer, state = _start(agent, 5, messages.StopAt(step=6))
+    with pytest.raises(SystemExit):
+        _train(trainer, state, range(10))
+    assert _committed(_finished(agent)) == [5, 7], "the agreed stop (after step 6) was not saved"
