@@ -5,7 +5,10 @@ copies bytes and never interprets tensors. Layout (little-endian)::
 
     [0, 4096)            header, struct HEADER_FORMAT (fields of SnapshotHeader, in order)
     [table_offset, +len) UTF-8 JSON {"tensors": [{"dtype", "shape", "offset", "nbytes"}, ...]};
-                         offset is relative to payload_offset; dtype is torch's name ("float32")
+                         offset is relative to payload_offset; dtype is torch's name ("float32");
+                         an entry with "holder": r has no bytes here (nbytes 0): the tensor is
+                         in rank r's snapshot of the same step, at the same index (a share of
+                         state that is identical across data-parallel replicas)
     [skeleton_offset,..) a pickle of the state tree in which tensor i is pickle persistent id i
     [payload_offset, ..) tensor bytes, each tensor contiguous and 64-byte aligned
 
@@ -155,11 +158,14 @@ class TensorEntry:
     shape: tuple[int, ...]
     offset: int
     nbytes: int
+    holder: int | None = None
+    """The rank whose snapshot holds the bytes instead (nbytes 0); None: this one."""
 
 
 def encode_table(entries: Sequence[TensorEntry]) -> bytes:
     tensors = [
         {"dtype": e.dtype, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes}
+        | ({} if e.holder is None else {"holder": e.holder})
         for e in entries
     ]
     return json.dumps({"tensors": tensors}, separators=(",", ":")).encode()
@@ -175,6 +181,7 @@ def decode_table(data: bytes) -> list[TensorEntry]:
                 shape=tuple(int(size) for size in item["shape"]),
                 offset=int(item["offset"]),
                 nbytes=int(item["nbytes"]),
+                holder=None if item.get("holder") is None else int(item["holder"]),
             )
             for item in body["tensors"]
         ]

@@ -54,11 +54,12 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 import torch
 
+from trainguard.faults import replicas
 from trainguard.ipc import messages
 from trainguard.train import (
     agent_link,
@@ -67,6 +68,7 @@ from trainguard.train import (
     error_file,
     local_directory,
     process_group,
+    replica_shares,
     rng,
     state_backend,
     torch_version,
@@ -122,7 +124,9 @@ class Session:
 
     def __init__(self, *, request_timeout: float = 600.0, handle_sigterm: bool = True,
                  checkpoint_every: int | None = None,
-                 checkpoint_dir: str | os.PathLike[str] | None = None) -> None:
+                 checkpoint_dir: str | os.PathLike[str] | None = None,
+                 share_replicas: bool | None = None, dp_size: int | None = None,
+                 per_rank: Collection[str] = ()) -> None:
         """Connect to this worker's node agent, or, without ``trainguard run``, to a checkpoint
         directory.
 
@@ -139,10 +143,20 @@ class Session:
             checkpoint_dir: without an agent only: where checkpoints go (default
                 ``./checkpoints``; ``TRAINGUARD_CHECKPOINT_DIR`` wins when set). Under
                 ``trainguard run``, ``--checkpoint-dir`` decides.
+            share_replicas: under ``trainguard run`` only: each of the ``dp_size`` replicas
+                snapshots only its share of the state they hold alike, not all of it
+                (:mod:`trainguard.train.replica_shares`; checked, and turned off with a
+                warning, when the replicas differ). Default off; ``TRAINGUARD_SNAPSHOT_SHARES``
+                (``1``/``0``) wins when set.
+            dp_size: data-parallel replicas (default: every rank; ``TRAINGUARD_DP_SIZE`` wins
+                when set); rank ``r``'s replicas are the ranks equal to ``r`` modulo
+                ``world_size / dp_size``.
+            per_rank: keys of the saved state that differ per rank (a data loader's position):
+                every rank snapshots them whole. Random generators always are.
 
         Raises:
-            SessionError: the agent is unreachable; without one, a checkpoint setting is
-                malformed or the directory is not writable.
+            SessionError: the agent is unreachable; a share setting is malformed; without an
+                agent, a checkpoint setting is malformed or the directory is not writable.
         """
         address = os.environ.get("TRAINGUARD_AGENT_SOCKET")
         self.rank = int(os.environ.get("RANK", "0"))
@@ -178,11 +192,30 @@ class Session:
         self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         self._state = agent_memory.AgentMemoryBackend(
             self._link, rank=self.rank, world_size=self.world_size,
-            request_timeout=request_timeout)
+            request_timeout=request_timeout,
+            shares=self._shares(share_replicas, dp_size, per_rank))
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
         atexit.register(self.close)
+
+    def _shares(self, enabled: bool | None, dp_size: int | None,
+                per_rank: Collection[str]) -> replica_shares.ReplicaShares:
+        """Raises: SessionError, naming the setting that is malformed."""
+        flag = os.environ.get("TRAINGUARD_SNAPSHOT_SHARES")
+        if flag is not None:
+            if flag not in ("0", "1"):
+                raise SessionError(f"TRAINGUARD_SNAPSHOT_SHARES must be 0 or 1, got {flag!r}")
+            enabled = flag == "1"
+        size = os.environ.get("TRAINGUARD_DP_SIZE")
+        try:
+            dp = int(size) if size is not None else dp_size or self.world_size
+            layout = replicas.ReplicaLayout(self.world_size, dp)
+        except ValueError as error:
+            where = f"TRAINGUARD_DP_SIZE={size!r}" if size is not None else f"dp_size={dp_size}"
+            raise SessionError(f"{where}: {error}") from error
+        return replica_shares.ReplicaShares(rank=self.rank, layout=layout,
+                                            enabled=bool(enabled), per_rank=per_rank)
 
     def _start_without_agent(self, every: int | None,
                              directory: str | os.PathLike[str] | None) -> None:

@@ -13,7 +13,7 @@ import mmap
 import os
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ import torch
 from trainguard.ipc import snapshot_layout
 
 __all__ = [
+    "Absent",
     "MappedSlot",
     "Prepared",
     "SnapshotError",
@@ -40,8 +41,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def flatten(tree: Any) -> tuple[bytes, list[torch.Tensor]]:
-    """Pickle ``tree`` with tensors taken out; returns (pickle, tensors by persistent id)."""
+def flatten(tree: Any, *, sources: list[int] | None = None) -> tuple[bytes, list[torch.Tensor]]:
+    """Pickle ``tree`` with tensors taken out; returns (pickle, tensors by persistent id).
+    ``sources``, when given, receives the ``id()`` of each tensor of the tree, in that order."""
     tensors: list[torch.Tensor] = []
     index: dict[int, int] = {}
     buffer = io.BytesIO()
@@ -56,6 +58,8 @@ def flatten(tree: Any) -> tuple[bytes, list[torch.Tensor]]:
             if key not in index:
                 index[key] = len(tensors)
                 tensors.append(obj.detach())
+                if sources is not None:
+                    sources.append(key)
             return index[key]
 
     _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(tree)
@@ -86,14 +90,18 @@ class Prepared:
         return self.payload_offset + self.payload_len
 
 
-def prepare(tree: Any) -> Prepared:
-    skeleton, tensors = flatten(tree)
+def prepare(tree: Any, *, elsewhere: Mapping[int, int] | None = None) -> Prepared:
+    """Lay ``tree`` out; ``elsewhere`` maps the ``id()`` of a tensor of the tree to the rank
+    whose snapshot holds it instead (its share of replicated state): it gets no bytes here."""
+    sources: list[int] = []
+    skeleton, tensors = flatten(tree, sources=sources)
     entries = []
     offset = 0
-    for tensor in tensors:
-        nbytes = tensor.numel() * tensor.element_size()
+    for tensor, source in zip(tensors, sources, strict=True):
+        holder = (elsewhere or {}).get(source)
+        nbytes = tensor.numel() * tensor.element_size() if holder is None else 0
         entries.append(snapshot_layout.TensorEntry(
-            _dtype_name(tensor.dtype), tuple(tensor.shape), offset, nbytes))
+            _dtype_name(tensor.dtype), tuple(tensor.shape), offset, nbytes, holder))
         offset = snapshot_layout.align(offset + nbytes)
     table = snapshot_layout.encode_table(entries)
     head = snapshot_layout.HEADER_SIZE + len(table) + len(skeleton)
@@ -153,16 +161,28 @@ class MappedSlot:
         return writing + 1
 
 
-def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone
+@dataclasses.dataclass(frozen=True)
+class Absent:
+    """A tensor of a decoded tree whose bytes are in another rank's snapshot (its share):
+    ``tensor`` is allocated, uninitialised, and is to be filled from ``holder``."""
+
+    index: int
+    tensor: torch.Tensor
+    holder: int
+
+
+def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone,
+                  absent: list[Absent] | None = None
                   ) -> tuple[snapshot_layout.SnapshotHeader, Any]:
-    """Read a committed snapshot (memory slot or shard file) into new tensors.
+    """Read a committed snapshot (memory slot or shard file) into new tensors; see
+    :func:`decode` for ``absent``.
 
     Raises:
         SnapshotError: the file is not a complete snapshot.
     """
     memory = _map_private(path)
     try:
-        return decode(memory, name=path, copy=copy)
+        return decode(memory, name=path, copy=copy, absent=absent)
     finally:
         memory.close()
 
@@ -211,13 +231,16 @@ def _header(memory: Any, *, name: str) -> snapshot_layout.SnapshotHeader:
 
 
 def decode(memory: Any, *, name: str,
-           copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone
+           copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone,
+           absent: list[Absent] | None = None
            ) -> tuple[snapshot_layout.SnapshotHeader, Any]:
     """Decode a committed snapshot held in a writable buffer (a mapping, or bytes received
-    from a peer); ``name`` says where it came from, in errors.
+    from a peer); ``name`` says where it came from, in errors. Tensors that another rank's
+    snapshot holds are appended to ``absent``, to be filled by the caller.
 
     Raises:
-        SnapshotError: the buffer is not a complete snapshot.
+        SnapshotError: the buffer is not a complete snapshot, or holds only a share of the
+            state and ``absent`` is None.
     """
     header = _header(memory, name=name)
     try:
@@ -226,11 +249,19 @@ def decode(memory: Any, *, name: str,
         skeleton = bytes(
             memory[header.skeleton_offset : header.skeleton_offset + header.skeleton_len])
         raw = torch.frombuffer(memory, dtype=torch.uint8)
-        tensors = []
+        tensors: list[torch.Tensor] = []
         for entry in entries:
             dtype = getattr(torch, entry.dtype)
             start = header.payload_offset + entry.offset
-            if entry.nbytes:
+            if entry.holder is not None:
+                if absent is None:
+                    raise SnapshotError(
+                        f"{name} holds only a share of the replicated state (tensor "
+                        f"{len(tensors)} is in rank {entry.holder}'s snapshot); load it with "
+                        "the shares of its replica group")
+                tensors.append(torch.empty(entry.shape, dtype=dtype))
+                absent.append(Absent(len(tensors) - 1, tensors[-1], entry.holder))
+            elif entry.nbytes:
                 view = raw[start : start + entry.nbytes].view(dtype).view(entry.shape)
                 tensors.append(copy(view))
             else:
