@@ -89,11 +89,11 @@ def trial(variant: Variant, args: argparse.Namespace, root: Path) -> list[float]
 
 
 def step_times(name: str, command: list[str], *, workdir: Path, ranks: int, skip: int,
-               timeout: float) -> list[float]:
-    """Run one job of jobs/overhead_job.py in ``workdir``; every rank's step times but its
-    first ``skip``."""
+               timeout: float, env: dict[str, str] | None = None) -> list[float]:
+    """Run one job of jobs/overhead_job.py in ``workdir`` (``env`` added to the environment);
+    every rank's step times but its first ``skip``."""
     with common.ProcessGroup(command, log=workdir / "launcher.log",
-                             env={"BENCH_OUTPUT_DIR": str(workdir)}) as group:
+                             env={**(env or {}), "BENCH_OUTPUT_DIR": str(workdir)}) as group:
         try:
             code = group.process.wait(timeout)
         except subprocess.TimeoutExpired as error:

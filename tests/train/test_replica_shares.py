@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -30,7 +32,7 @@ def test_per_rank_keys_and_random_generators_are_not_replicated() -> None:
     assert all(t is not saved["state"]["loader"]["position"] for t in found)  # type: ignore[index]
 
 
-def test_a_share_snapshot_leaves_the_others_tensors_to_their_holders(tmp_path) -> None:
+def test_a_share_snapshot_leaves_the_others_tensors_to_their_holders(tmp_path: Path) -> None:
     saved = tree()
     shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
                                           enabled=True, per_rank={"loader"})
