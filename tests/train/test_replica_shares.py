@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,29 @@ def test_assembling_refuses_shares_of_another_layout() -> None:
     absent = [snapshot.Absent(0, saved["state"]["model"]["w0"], 0)]  # type: ignore[index]
     with pytest.raises(replica_shares.SharesError, match="do not match replica group"):
         reader.fill(saved, absent)
+
+
+def test_settings_come_from_the_environment_first() -> None:
+    environ = {"TRAINGUARD_SNAPSHOT_SHARES": "1", "TRAINGUARD_DP_SIZE": "2"}
+    shares = replica_shares.ReplicaShares.from_env(rank=3, world_size=4, enabled=False,
+                                                   dp_size=None, environ=environ)
+    assert shares.enabled
+    assert shares._group == (1, 3)
+    off = replica_shares.ReplicaShares.from_env(rank=0, world_size=4, enabled=None,
+                                                dp_size=None, environ={})
+    assert not off.enabled
+
+
+@pytest.mark.parametrize(("environ", "dp_size", "message"), [
+    ({"TRAINGUARD_SNAPSHOT_SHARES": "yes"}, None,
+     "TRAINGUARD_SNAPSHOT_SHARES must be 0 or 1, got 'yes'"),
+    ({"TRAINGUARD_DP_SIZE": "3"}, None,
+     "TRAINGUARD_DP_SIZE='3': dp-size 3 does not divide the world size 4"),
+    ({"TRAINGUARD_DP_SIZE": "many"}, None, "TRAINGUARD_DP_SIZE='many': invalid literal"),
+    ({}, 3, "dp_size=3: dp-size 3 does not divide the world size 4"),
+])
+def test_a_malformed_setting_is_named(environ: dict[str, str], dp_size: int | None,
+                                      message: str) -> None:
+    with pytest.raises(replica_shares.SharesError, match=re.escape(message)):
+        replica_shares.ReplicaShares.from_env(rank=0, world_size=4, enabled=True,
+                                              dp_size=dp_size, environ=environ)

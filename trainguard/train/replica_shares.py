@@ -21,7 +21,8 @@ from its holder within the replica group, so every rank of the group must restor
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterator
+import os
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -101,6 +102,31 @@ class ReplicaShares:
         self._per_rank = frozenset(per_rank)
         self.enabled = enabled and len(self._group) > 1
         self._checked = False
+
+    @classmethod
+    def from_env(cls, *, rank: int, world_size: int, enabled: bool | None,
+                 dp_size: int | None, per_rank: Collection[str] = (),
+                 environ: Mapping[str, str] = os.environ) -> ReplicaShares:
+        """The session's settings, ``TRAINGUARD_SNAPSHOT_SHARES`` (``0``/``1``) and
+        ``TRAINGUARD_DP_SIZE`` winning over the arguments; shares are off unless asked for, and
+        the replicas default to every rank (pure data parallelism).
+
+        Raises:
+            SharesError: a setting is malformed; the message names it.
+        """
+        flag = environ.get("TRAINGUARD_SNAPSHOT_SHARES")
+        if flag is not None:
+            if flag not in ("0", "1"):
+                raise SharesError(f"TRAINGUARD_SNAPSHOT_SHARES must be 0 or 1, got {flag!r}")
+            enabled = flag == "1"
+        size = environ.get("TRAINGUARD_DP_SIZE")
+        where = f"TRAINGUARD_DP_SIZE={size!r}" if size is not None else f"dp_size={dp_size}"
+        try:
+            layout = replicas.ReplicaLayout(
+                world_size, int(size) if size is not None else dp_size or world_size)
+        except ValueError as error:
+            raise SharesError(f"{where}: {error}") from error
+        return cls(rank=rank, layout=layout, enabled=bool(enabled), per_rank=per_rank)
 
     def new_generation(self) -> None:
         """The next snapshot checks again that the replicas are identical."""

@@ -59,7 +59,6 @@ from typing import Any, TypeVar
 
 import torch
 
-from trainguard.faults import replicas
 from trainguard.ipc import messages
 from trainguard.train import (
     agent_link,
@@ -201,21 +200,12 @@ class Session:
 
     def _shares(self, enabled: bool | None, dp_size: int | None,
                 per_rank: Collection[str]) -> replica_shares.ReplicaShares:
-        """Raises: SessionError, naming the setting that is malformed."""
-        flag = os.environ.get("TRAINGUARD_SNAPSHOT_SHARES")
-        if flag is not None:
-            if flag not in ("0", "1"):
-                raise SessionError(f"TRAINGUARD_SNAPSHOT_SHARES must be 0 or 1, got {flag!r}")
-            enabled = flag == "1"
-        size = os.environ.get("TRAINGUARD_DP_SIZE")
         try:
-            dp = int(size) if size is not None else dp_size or self.world_size
-            layout = replicas.ReplicaLayout(self.world_size, dp)
-        except ValueError as error:
-            where = f"TRAINGUARD_DP_SIZE={size!r}" if size is not None else f"dp_size={dp_size}"
-            raise SessionError(f"{where}: {error}") from error
-        return replica_shares.ReplicaShares(rank=self.rank, layout=layout,
-                                            enabled=bool(enabled), per_rank=per_rank)
+            return replica_shares.ReplicaShares.from_env(
+                rank=self.rank, world_size=self.world_size, enabled=enabled, dp_size=dp_size,
+                per_rank=per_rank)
+        except replica_shares.SharesError as error:
+            raise SessionError(str(error)) from error
 
     def _start_without_agent(self, every: int | None,
                              directory: str | os.PathLike[str] | None) -> None:
