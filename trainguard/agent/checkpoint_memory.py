@@ -161,9 +161,11 @@ class CheckpointMemory:
                 if rank in having:
                     used[rank] = held[rank][step]
                     continue
+                if layout is None:
+                    break
                 if donors and any(self._slots.holds_shares(held[r][step]) for r in having):
                     donors = []
-                donor = layout.donor(rank, donors) if layout is not None else None
+                donor = layout.donor(rank, donors)
                 if donor is None:
                     break
                 peers[rank] = donor
