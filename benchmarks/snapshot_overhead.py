@@ -11,7 +11,7 @@ slows each alike.
 Measured: the median step time over every rank's steps after the first ``--warmup`` share, and
 each snapshot variant's overhead against the job without (target: at most 5%). Beside it, the
 floor: one replica's state copied once per step at this machine's memory bandwidth (measured
-here, into memory reserved beforehand, as the snapshot does), as a share of the step without
+here on one thread, into memory reserved beforehand, as the snapshot does; the fastest of 11), as a share of the step without
 snapshots; every rank of a data-parallel group copying its whole state costs ``ranks`` times
 that. Prints one JSON object; ``--output`` also writes it (default when given without a path:
 benchmarks/results/snapshot-overhead.json).
@@ -72,17 +72,24 @@ def state_bytes(width: int) -> int:
     return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
 
-def copy_seconds(nbytes: int, *, repeats: int = 7) -> float:
-    """Median seconds to copy ``nbytes`` into memory reserved beforehand (the floor)."""
-    source = torch.ones(nbytes, dtype=torch.uint8)
-    target = torch.empty_like(source)
-    target.copy_(source)  # touch every page once, as the slot's MAP_POPULATE does
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        target.copy_(source)
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+def copy_seconds(nbytes: int, *, repeats: int = 11) -> float:
+    """Seconds to copy ``nbytes`` into memory reserved beforehand, on one thread as a worker
+    copies (``OMP_NUM_THREADS=1``): the fastest of ``repeats``, the floor a copy can reach on
+    a machine others share."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        source = torch.ones(nbytes, dtype=torch.uint8)
+        target = torch.empty_like(source)
+        target.copy_(source)  # touch every page once, as the slot's MAP_POPULATE does
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            target.copy_(source)
+            times.append(time.perf_counter() - began)
+    finally:
+        torch.set_num_threads(threads)
+    return min(times)
 
 
 def _command(size: Size, every: int, workdir: Path, args: argparse.Namespace) -> list[str]:
