@@ -11,10 +11,10 @@ slows each alike.
 Measured: the median step time over every rank's steps after the first ``--warmup`` share, and
 each snapshot variant's overhead against the job without (target: at most 5%). Beside it, the
 floor: one replica's state copied once per step at this machine's memory bandwidth (measured
-here on one thread, into memory reserved beforehand, as the snapshot does; the fastest of 11), as a share of the step without
-snapshots; every rank of a data-parallel group copying its whole state costs ``ranks`` times
-that. Prints one JSON object; ``--output`` also writes it (default when given without a path:
-benchmarks/results/snapshot-overhead.json).
+here on one thread, into memory reserved beforehand, as the snapshot does; the fastest of 11),
+as a share of the step without snapshots; every rank of a data-parallel group copying its
+whole state costs ``ranks`` times that. Prints one JSON object; ``--output`` also writes it
+(default when given without a path: benchmarks/results/snapshot-overhead.json).
 
     python -m benchmarks.snapshot_overhead --output          # 4 ranks, 200 steps
 """
