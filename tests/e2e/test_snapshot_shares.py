@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,24 @@ def test_shares_recover_a_crash_and_an_error_bitwise_identical(run_job: Start,
     assert all(holders == [] for _, _, holders in whole)
     # the four shares together are about one replica's state, not four
     assert sum(size for _, size, _ in shared) < 0.4 * sum(size for _, size, _ in whole)
+
+    # A checkpoint of shares resumes without trainguard too (torchrun, Session without agent).
+    checkpoints = tmp_path / "shared-checkpoints"
+    first = run_job("--nproc-per-node", "4", "--checkpoint-dir", str(checkpoints), "-m",
+                    "trainguard.demo.ddp_job", "--steps", "30", "--width", "128",
+                    run_id="first-half", env=shares)
+    assert first.wait() == 0, first.output()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TRAINGUARD_")}
+    env["TRAINGUARD_CHECKPOINT_DIR"] = str(checkpoints)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+         "-m", "trainguard.demo.ddp_job", "--steps", "60", "--width", "128",
+         "--output", str(tmp_path / "resumed.sha")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "step 0 loss" not in resumed.stdout, "it started over: the shares were not loaded"
+    assert "step 50 loss" in resumed.stdout
+    assert (tmp_path / "resumed.sha").read_text() == (tmp_path / "clean.sha").read_text()
 
 
 def test_replicas_that_differ_are_snapshotted_whole_with_a_warning(run_job: Start,

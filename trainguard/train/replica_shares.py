@@ -32,7 +32,7 @@ import xxhash
 from trainguard.faults import replicas
 from trainguard.train import snapshot
 
-__all__ = ["ReplicaShares", "SharesError", "assign", "replicated_tensors"]
+__all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "replicated_tensors"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,33 @@ def _digest(tensors: list[torch.Tensor]) -> int:
         data = tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
         hasher.update(data.data)
     return hasher.intdigest() - 2**63  # to a signed 64-bit value, for an int64 tensor
+
+
+def fill_from_files(absent: list[snapshot.Absent], shards: Mapping[int, str]) -> None:
+    """Complete a tree decoded from a checkpoint on disk: each absent tensor is read from the
+    shard file of its holder (``shards``: rank -> file), in the same checkpoint. No process group
+    is needed: every shard is on disk.
+
+    Raises:
+        snapshot.SnapshotError: a holder's shard is unreadable, lacks the tensor, or holds one
+            of another shape or type.
+    """
+    by_holder: dict[int, list[snapshot.Absent]] = {}
+    for item in absent:
+        by_holder.setdefault(item.holder, []).append(item)
+    for holder, items in sorted(by_holder.items()):
+        path = shards.get(holder)
+        if path is None:
+            raise snapshot.SnapshotError(f"the checkpoint has no shard of rank {holder}, which "
+                                         "holds part of the replicated state")
+        found = snapshot.read_tensors(path, [item.index for item in items])
+        for item in items:
+            held = found[item.index]
+            if held.dtype != item.tensor.dtype or held.shape != item.tensor.shape:
+                raise snapshot.SnapshotError(
+                    f"{path}: tensor {item.index} is {held.dtype} {tuple(held.shape)}, not the "
+                    f"{item.tensor.dtype} {tuple(item.tensor.shape)} its replica expects")
+            item.tensor.copy_(held)
 
 
 class ReplicaShares:

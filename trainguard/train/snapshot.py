@@ -13,7 +13,7 @@ import mmap
 import os
 import pickle
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ __all__ = [
     "flatten",
     "prepare",
     "read_snapshot",
+    "read_tensors",
     "snapshot_bytes",
 ]
 
@@ -183,6 +184,36 @@ def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = t
     memory = _map_private(path)
     try:
         return decode(memory, name=path, copy=copy, absent=absent)
+    finally:
+        memory.close()
+
+
+def read_tensors(path: str, indexes: Collection[int]) -> dict[int, torch.Tensor]:
+    """Tensors ``indexes`` of the committed snapshot in ``path`` (new tensors), by index: the
+    shares another rank's snapshot leaves to this one.
+
+    Raises:
+        SnapshotError: the file is not a complete snapshot or does not hold them.
+    """
+    memory = _map_private(path)
+    try:
+        header = _header(memory, name=path)
+        try:
+            entries = snapshot_layout.decode_table(
+                bytes(memory[header.table_offset : header.table_offset + header.table_len]))
+        except snapshot_layout.LayoutError as error:
+            raise SnapshotError(f"{path}: {error}") from error
+        raw = torch.frombuffer(memory, dtype=torch.uint8)
+        found = {}
+        for index in indexes:
+            entry = entries[index] if index < len(entries) else None
+            if entry is None or entry.holder is not None:
+                raise SnapshotError(f"{path} does not hold tensor {index} of the state")
+            start = header.payload_offset + entry.offset
+            view = raw[start : start + entry.nbytes].view(getattr(torch, entry.dtype))
+            found[index] = view.view(entry.shape).clone()
+        del raw
+        return found
     finally:
         memory.close()
 
