@@ -37,7 +37,7 @@ from typing import Any
 
 from benchmarks import common
 
-__all__ = ["TARGET", "VARIANTS", "Variant", "has_metrics_flag", "main"]
+__all__ = ["TARGET", "VARIANTS", "Variant", "has_metrics_flag", "main", "step_times"]
 
 NAME = "overhead"
 TARGET = 0.02  # the overhead each variant must stay under
@@ -83,22 +83,30 @@ def _command(variant: Variant, workdir: Path, args: argparse.Namespace) -> list[
 def trial(variant: Variant, args: argparse.Namespace, root: Path) -> list[float]:
     """Every rank's step times after the warm-up, from one run of the job."""
     workdir = Path(tempfile.mkdtemp(prefix=f"{variant.name}-", dir=root))
-    with common.ProcessGroup(_command(variant, workdir, args), log=workdir / "launcher.log",
-                             env={"BENCH_OUTPUT_DIR": str(workdir)}) as group:
+    return step_times(variant.name, _command(variant, workdir, args), workdir=workdir,
+                      ranks=args.nproc_per_node, skip=max(1, int(args.steps * args.warmup)),
+                      timeout=args.timeout)
+
+
+def step_times(name: str, command: list[str], *, workdir: Path, ranks: int, skip: int,
+               timeout: float, env: dict[str, str] | None = None) -> list[float]:
+    """Run one job of jobs/overhead_job.py in ``workdir`` (``env`` added to the environment);
+    every rank's step times but its first ``skip``."""
+    with common.ProcessGroup(command, log=workdir / "launcher.log",
+                             env={**(env or {}), "BENCH_OUTPUT_DIR": str(workdir)}) as group:
         try:
-            code = group.process.wait(args.timeout)
+            code = group.process.wait(timeout)
         except subprocess.TimeoutExpired as error:
-            raise RuntimeError(f"{variant.name} did not end within {args.timeout} s; see "
+            raise RuntimeError(f"{name} did not end within {timeout} s; see "
                                f"{group.log}") from error
     if code != 0:
-        raise RuntimeError(f"{variant.name} exited with {code}:\n"
+        raise RuntimeError(f"{name} exited with {code}:\n"
                            + group.log.read_text(errors="replace")[-3000:])
-    skip = max(1, int(args.steps * args.warmup))
     seconds = []
-    for rank in range(args.nproc_per_node):
+    for rank in range(ranks):
         path = workdir / f"steps-{rank}.json"
         if not path.exists():
-            raise RuntimeError(f"{variant.name}: rank {rank} wrote no step times ({path})")
+            raise RuntimeError(f"{name}: rank {rank} wrote no step times ({path})")
         seconds += json.loads(path.read_text())[skip:]
     return seconds
 

@@ -224,6 +224,32 @@ def _overhead(lines: list[str]) -> None:
     lines += ["", *verdicts, ""]
 
 
+def _snapshot_overhead(lines: list[str]) -> None:
+    result = _load("snapshot-overhead")
+    if result is None:
+        return
+    lines += [
+        f"## Step-time cost of a snapshot every step, {result['when']}", "",
+        f"`{_command(result)}`", "", result["setup"] + ".", "",
+        "| state per rank | no snapshots | whole, every step | shares, every step | floor "
+        "(one replica's copy) | every rank copying its whole state |",
+        "|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for size in result["sizes"]:
+        medians, overheads = size["median_step_seconds"], size["overhead"]
+        cells = [f"{medians[name] * 1000:.1f} ms ({overheads[name]:+.1%})"
+                 for name in ("whole, every step", "shares, every step")]
+        lines.append(f"| {size['name']} ({size['state_bytes_per_rank'] / 1e6:.1f} MB) | "
+                     f"{medians['no snapshots'] * 1000:.1f} ms | {' | '.join(cells)} | "
+                     f"{size['floor_copy_seconds'] * 1000:.1f} ms ({size['floor_overhead']:+.1%}) "
+                     f"| {size['every_rank_copies_overhead']:+.1%} |")
+        verdicts += [f"- {size['name']}, {name}, at most {result['target']:.0%} above no "
+                     f"snapshots: {_verdict(met)} ({overheads[name]:+.1%})"
+                     for name, met in size["met"].items()]
+    lines += ["", *verdicts, ""]
+
+
 def main() -> None:
     lines = ["# Benchmark results", "",
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
@@ -232,6 +258,7 @@ def main() -> None:
     _stall(lines)
     _fault_engine(lines)
     _overhead(lines)
+    _snapshot_overhead(lines)
     path = common.RESULTS / "SUMMARY.md"
     path.write_text("\n".join(lines))
     print(path.read_text())

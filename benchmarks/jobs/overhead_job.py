@@ -2,7 +2,8 @@
 
 The same script for every launcher. ``--mode plain`` is an unmodified torchrun script;
 ``session`` puts each step in ``Session.step`` (the step guard, heartbeats); ``run`` does the
-same under ``Session.run``. No snapshots: ``Session.checkpoint`` is never called. Each rank
+same under ``Session.run``. Snapshots only with ``--snapshot-every N`` (a session mode): then
+``Session.checkpoint`` after every N-th step, inside the timed step. Each rank
 writes the seconds from each step's start to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json``.
 """
 
@@ -26,7 +27,11 @@ parser.add_argument("--steps", type=int, default=500)
 parser.add_argument("--width", type=int, default=768)
 parser.add_argument("--batch", type=int, default=128)
 parser.add_argument("--mode", choices=("plain", "session", "run"), default="plain")
+parser.add_argument("--snapshot-every", type=int, default=0,
+                    help="Session.checkpoint after every N-th step (0: never)")
 args = parser.parse_args()
+if args.snapshot_every and args.mode == "plain":
+    parser.error("--snapshot-every needs --mode session or run")
 
 torch.manual_seed(0)
 width = args.width
@@ -57,6 +62,8 @@ def train() -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+        if session is not None and args.snapshot_every and (step + 1) % args.snapshot_every == 0:
+            session.checkpoint(state, step=step + 1)
     starts.append(time.perf_counter())
     seconds = [after - before for before, after in itertools.pairwise(starts)]
     output = Path(os.environ["BENCH_OUTPUT_DIR"]) / f"steps-{rank}.json"

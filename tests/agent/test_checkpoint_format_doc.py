@@ -12,8 +12,9 @@ from typing import Any
 import torch
 
 from trainguard.agent.snapshot_slots import SnapshotSlots
+from trainguard.faults import replicas
 from trainguard.ipc import snapshot_layout
-from trainguard.train import snapshot
+from trainguard.train import replica_shares, snapshot
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "checkpoint-format.md"
 
@@ -91,11 +92,12 @@ def sample_state() -> dict[str, Any]:
     }
 
 
-def write_shard(path: Path, tree: dict[str, Any], *, step: int) -> None:
+def write_shard(path: Path, tree: dict[str, Any], *, step: int,
+                elsewhere: dict[int, int] | None = None) -> None:
     """A shard as trainguard writes one: a slot's committed bytes, copied to a file."""
     slots = SnapshotSlots()
     try:
-        prepared = snapshot.prepare(tree)
+        prepared = snapshot.prepare(tree, elsewhere=elsewhere)
         slot_path, _ = slots.grant(0, 0, prepared.nbytes)
         mapped = snapshot.MappedSlot(slot_path)
         try:
@@ -132,6 +134,33 @@ def test_documented_loader_reads_a_shard_without_trainguard(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines == ["trainguard: not importable", "step: 42", f"digest: {expected}"]
+
+
+def test_documented_loader_assembles_a_rank_from_shares(tmp_path: Path) -> None:
+    tree = sample_state()
+    shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(2, 2),
+                                          enabled=True)
+    shares._checked = True  # one process: no replicas to compare
+    elsewhere = shares.elsewhere(tree)
+    assert elsewhere, "the sample state is split in two shares"
+    tensors = replica_shares.replicated_tensors(tree, ())
+    complement = {id(t): 0 for t in tensors if id(t) not in elsewhere}
+    write_shard(tmp_path / "rank-00000.tgsnap", tree, step=42, elsewhere=elsewhere)
+    write_shard(tmp_path / "rank-00001.tgsnap", tree, step=42, elsewhere=complement)
+    namespace: dict[str, Any] = {}
+    exec(DIGEST, namespace)
+    expected = namespace["digest"](tree)
+    driver = ('\nfor rank in (0, 1):\n    step, tree = load_shard(f"rank-{rank:05d}.tgsnap", '
+              'lambda held: f"rank-{held:05d}.tgsnap")\n    print(step, digest(tree))\n')
+    site_packages = str(Path(torch.__file__).resolve().parents[1])
+    program = (f"import sys\nsys.path.append({site_packages!r})\n"
+               + documented_loader() + DIGEST + driver)
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", program], capture_output=True,
+        text=True, timeout=120, cwd=tmp_path, env={"PATH": os.environ.get("PATH", "")},
+        check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"42 {expected}", f"42 {expected}"]
 
 
 def test_documented_loader_rejects_a_torn_snapshot(tmp_path: Path) -> None:

@@ -171,6 +171,27 @@ def test_one_donor_serves_several_lost_ranks(
     assert choice.send_to(0) == [1, 3]
 
 
+def test_a_step_written_as_shares_has_no_stand_in_for_a_lost_rank(
+        tmp_path: Path, slots: SnapshotSlots, writer: Writer, make_state: MakeState) -> None:
+    root = tmp_path / "ckpt"
+    disk = persist_to_disk(root, 2, writer, make_state)
+    for rank in range(WORLD):
+        tree = make_state(4, 0)
+        weight = tree["state"]["model"]["weight"]
+        # rank 0 writes the weight, the others leave it to rank 0
+        shares = {} if rank == 0 else {id(weight): 0}
+        prepared = snapshot.prepare(tree, elsewhere=shares)
+        path, _ = slots.grant(rank, 0, prepared.nbytes)
+        mapped = snapshot.MappedSlot(path)
+        mapped.write(prepared, step=4, generation=0, rank=rank, world_size=WORLD)
+        mapped.close()
+
+    choice, _ = plan(slots, root, lost={0}, layout=ALL_REPLICAS)
+
+    assert (choice.source, choice.step, choice.peers) == (messages.RestoreSource.DISK, 2, {})
+    assert choice.paths == {rank: str(disk / f"rank-{rank:05d}.tgsnap") for rank in range(WORLD)}
+
+
 def test_without_a_layout_a_lost_rank_means_no_memory_state(
         tmp_path: Path, slots: SnapshotSlots, writer: Writer, make_state: MakeState) -> None:
     two_steps_everywhere(slots, writer, make_state)

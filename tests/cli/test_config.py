@@ -157,7 +157,7 @@ def test_a_misspelled_variable_is_named_with_the_closest(script: Path) -> None:
     "TRAINGUARD_AGENT_SOCKET", "TRAINGUARD_DEVICE", "TRAINGUARD_GENERATION",
     "TRAINGUARD_RUN_ROOT", "TRAINGUARD_LOG_LEVEL", "TRAINGUARD_LOG_FORMAT",
     "TRAINGUARD_INJECT", "TRAINGUARD_CHECKPOINT_EVERY", "TRAINGUARD_WORKER_SECRET",
-    "TRAINGUARD_CHECKPOINT_DIR",
+    "TRAINGUARD_CHECKPOINT_DIR", "TRAINGUARD_SNAPSHOT_SHARES",
 ])
 def test_variables_trainguard_sets_or_reads_are_known(variable: str, script: Path,
                                                       tmp_path: Path) -> None:

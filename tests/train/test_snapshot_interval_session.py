@@ -12,14 +12,18 @@ from typing import Any
 import pytest
 import torch
 
+from trainguard.faults import replicas
 from trainguard.ipc import messages
-from trainguard.train import agent_memory, session
+from trainguard.train import agent_memory, replica_shares, session
 
 
 def _backend() -> agent_memory.AgentMemoryBackend:
     """due() and pace() never touch the link."""
     link: Any = None
-    return agent_memory.AgentMemoryBackend(link, rank=0, world_size=1, request_timeout=1.0)
+    shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(1, 1),
+                                          enabled=False)
+    return agent_memory.AgentMemoryBackend(link, rank=0, world_size=1, request_timeout=1.0,
+                                           shares=shares)
 
 
 def test_every_step_is_due_until_the_agent_says_otherwise() -> None:

@@ -156,11 +156,16 @@ class CheckpointMemory:
             used: dict[int, snapshot_slots.SlotState] = {}
             peers: dict[int, int] = {}
             having = [rank for rank, states in held.items() if step in states]
+            donors = having
             for rank in range(self._world_size):
                 if rank in having:
                     used[rank] = held[rank][step]
                     continue
-                donor = layout.donor(rank, having) if layout is not None else None
+                if layout is None:
+                    break
+                if donors and any(self._slots.holds_shares(held[r][step]) for r in having):
+                    donors = []
+                donor = layout.donor(rank, donors)
                 if donor is None:
                     break
                 peers[rank] = donor

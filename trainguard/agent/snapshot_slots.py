@@ -158,6 +158,15 @@ class SnapshotSlots:
         finally:
             memory.close()
 
+    def holds_shares(self, state: SlotState) -> bool:
+        """Whether the snapshot leaves tensors to its replicas' snapshots (snapshot shares)."""
+        held = self._slots[(state.rank, state.slot)]
+        table = os.pread(held.descriptor, state.header.table_len, state.header.table_offset)
+        try:
+            return any(entry.holder is not None for entry in snapshot_layout.decode_table(table))
+        except snapshot_layout.LayoutError:
+            return False  # overwritten since it was listed: verify() rejects it
+
     def invalidate(self, rank: int, slot: int) -> None:
         """Make a slot hold nothing (a snapshot from a timeline that was rolled back)."""
         held = self._slots.get((rank, slot))

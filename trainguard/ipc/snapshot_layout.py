@@ -6,7 +6,10 @@ copies bytes and never interprets tensors. Layout (little-endian)::
     [0, 4096)            header, struct HEADER_FORMAT (fields of SnapshotHeader, in order)
     [table_offset, +len) UTF-8 JSON {"tensors": [{"dtype", "shape", "offset", "nbytes"}, ...]};
                          offset is relative to payload_offset; dtype is torch's name ("float32");
-                         "device" ("cuda:0") only for a tensor that was not on the CPU
+                         "device" ("cuda:0") only for a tensor that was not on the CPU;
+                         an entry with "holder": r has no bytes here (nbytes 0): the tensor is
+                         in rank r's snapshot of the same step, at the same index (a share of
+                         state that is identical across data-parallel replicas)
     [skeleton_offset,..) a pickle of the state tree in which tensor i is pickle persistent id i
     [payload_offset, ..) tensor bytes, each tensor contiguous and 64-byte aligned
 
@@ -159,12 +162,15 @@ class TensorEntry:
     device: str = "cpu"
     """Where the tensor lived when it was saved (torch's name, ``cuda:0``), and where a restore
     puts it back; written only when not ``cpu``, so loaders that ignore it get CPU tensors."""
+    holder: int | None = None
+    """The rank whose snapshot holds the bytes instead (nbytes 0); None: this one."""
 
 
 def encode_table(entries: Sequence[TensorEntry]) -> bytes:
     tensors = [
-        {"dtype": e.dtype, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes,
-         **({"device": e.device} if e.device != "cpu" else {})}
+        {"dtype": e.dtype, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes}
+        | ({"device": e.device} if e.device != "cpu" else {})
+        | ({} if e.holder is None else {"holder": e.holder})
         for e in entries
     ]
     return json.dumps({"tensors": tensors}, separators=(",", ":")).encode()
@@ -181,6 +187,7 @@ def decode_table(data: bytes) -> list[TensorEntry]:
                 offset=int(item["offset"]),
                 nbytes=int(item["nbytes"]),
                 device=str(item.get("device", "cpu")),
+                holder=None if item.get("holder") is None else int(item["holder"]),
             )
             for item in body["tensors"]
         ]

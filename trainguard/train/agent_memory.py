@@ -4,7 +4,9 @@ Each rank has two slots that the agent reserves (double buffering: the agent may
 disk while the next snapshot goes into the other). A snapshot is copied into a slot under its
 sequence lock and announced to the agent, which checksums and persists it in the background. A
 restore asks the agent for a plan: the rank's own slot, a data-parallel peer's snapshot over the
-process group, or the newest verified checkpoint on disk.
+process group, or the newest verified checkpoint on disk. With shares
+(:mod:`trainguard.train.replica_shares`), each replica writes only its share of the replicated
+state, and a restore assembles the rest from the replica group.
 """
 
 from __future__ import annotations
@@ -13,20 +15,22 @@ import time
 from typing import Any
 
 from trainguard.ipc import messages
-from trainguard.train import agent_link, process_group, snapshot, state_backend
+from trainguard.train import agent_link, process_group, replica_shares, snapshot, state_backend
 
 __all__ = ["AgentMemoryBackend"]
 
 
 class AgentMemoryBackend:
     def __init__(self, link: agent_link.AgentLink, *, rank: int, world_size: int,
-                 request_timeout: float) -> None:
+                 request_timeout: float, shares: replica_shares.ReplicaShares) -> None:
         """Nothing is reserved yet: the first snapshot of each slot asks the agent for memory.
 
         Args:
             link: the connection to this worker's agent.
             request_timeout: seconds to wait for the agent to answer a restore or a reservation.
+            shares: which tensors this rank writes, and how a restore assembles the rest.
         """
+        self._shares = shares
         self._link = link
         self._rank = rank
         self._world_size = world_size
@@ -57,7 +61,7 @@ class AgentMemoryBackend:
         Raises:
             StateError: the agent could not reserve memory for the snapshot.
         """
-        prepared = snapshot.prepare(tree)
+        prepared = snapshot.prepare(tree, elsewhere=self._shares.elsewhere(tree))
         slot = self._next_slot
         mapped = self._slot(slot, prepared.nbytes)
         seq = mapped.write(prepared, step=step, generation=generation, rank=self._rank,
@@ -94,6 +98,7 @@ class AgentMemoryBackend:
         Raises:
             StateError: no plan, or the planned state cannot be read or received.
         """
+        self._shares.new_generation()
         request_id = self._link.next_request_id()
         plan = self._link.request(messages.RestorePlanRequest(request_id),
                                   request_id=request_id, timeout=self._request_timeout)
@@ -107,10 +112,14 @@ class AgentMemoryBackend:
         self._next_slot = plan.next_slot
         if plan.source is messages.RestoreSource.NONE:
             return state_backend.Loaded(str(plan.source), 0, None, plan.note)
+        absent: list[snapshot.Absent] = []
         try:
-            received = process_group.exchange_state(plan)
-            header, tree = received or snapshot.read_snapshot(plan.path)
-        except (snapshot.SnapshotError, process_group.ExchangeError) as error:
+            received = process_group.exchange_state(plan, absent=absent)
+            header, tree = received or snapshot.read_snapshot(plan.path, absent=absent)
+            if absent:
+                self._shares.fill(tree, absent)
+        except (snapshot.SnapshotError, process_group.ExchangeError,
+                replica_shares.SharesError) as error:
             raise state_backend.StateError(
                 f"cannot restore from {plan.source}: {error}") from error
         source = messages.RestoreSource.PEER if received is not None else plan.source

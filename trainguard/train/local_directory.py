@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from trainguard import clock as clocks
 from trainguard.ipc import checkpoint_layout, snapshot_layout
-from trainguard.train import snapshot, state_backend
+from trainguard.train import replica_shares, snapshot, state_backend
 
 __all__ = ["LocalDirectoryBackend", "LocalDirectorySettings"]
 
@@ -199,7 +199,10 @@ class LocalDirectoryBackend:
             try:
                 manifest = self._directory.check(path, world_size=self._world_size)
                 shard = next(s for s in manifest.shards if s.rank == self._rank)
-                header, tree = snapshot.read_snapshot(str(path / shard.file))
+                absent: list[snapshot.Absent] = []
+                header, tree = snapshot.read_snapshot(str(path / shard.file), absent=absent)
+                replica_shares.fill_from_files(  # written as shares: see replica_shares
+                    absent, {s.rank: str(path / s.file) for s in manifest.shards})
             except (checkpoint_layout.CheckpointError, snapshot.SnapshotError) as error:
                 skipped.append(f"{path} skipped ({error})")
                 continue

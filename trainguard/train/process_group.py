@@ -107,11 +107,11 @@ def _cpu_group(peer: int) -> dist.ProcessGroup | None:
     return group
 
 
-def exchange_state(plan: messages.RestorePlan
+def exchange_state(plan: messages.RestorePlan, *, absent: list[snapshot.Absent] | None = None
                    ) -> tuple[snapshot_layout.SnapshotHeader, Any] | None:
     """This rank's snapshot (header, tree) when it goes over the network: sent to the ranks
     ``plan`` names, or received from the rank's peer, over the generation's process group;
-    None when neither.
+    None when neither. ``absent``: see :func:`snapshot.decode`.
 
     Raises:
         ExchangeError: the process group does not exist yet.
@@ -137,4 +137,4 @@ def exchange_state(plan: messages.RestorePlan
             dist.send(payload, dst=rank, group=group)
         name = plan.path
     # Copied out: the restored state (an optimizer's, say) may keep the tensors it is given.
-    return snapshot.decode(payload.numpy().data, name=name)
+    return snapshot.decode(payload.numpy().data, name=name, absent=absent)

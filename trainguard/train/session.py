@@ -54,7 +54,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 import torch
@@ -67,6 +67,7 @@ from trainguard.train import (
     error_file,
     local_directory,
     process_group,
+    replica_shares,
     rng,
     state_backend,
     torch_version,
@@ -122,7 +123,9 @@ class Session:
 
     def __init__(self, *, request_timeout: float = 600.0, handle_sigterm: bool = True,
                  checkpoint_every: int | None = None,
-                 checkpoint_dir: str | os.PathLike[str] | None = None) -> None:
+                 checkpoint_dir: str | os.PathLike[str] | None = None,
+                 share_replicas: bool | None = None, dp_size: int | None = None,
+                 per_rank: Collection[str] = ()) -> None:
         """Connect to this worker's node agent, or, without ``trainguard run``, to a checkpoint
         directory.
 
@@ -139,10 +142,20 @@ class Session:
             checkpoint_dir: without an agent only: where checkpoints go (default
                 ``./checkpoints``; ``TRAINGUARD_CHECKPOINT_DIR`` wins when set). Under
                 ``trainguard run``, ``--checkpoint-dir`` decides.
+            share_replicas: under ``trainguard run`` only: each of the ``dp_size`` replicas
+                snapshots only its share of the state they hold alike, not all of it
+                (:mod:`trainguard.train.replica_shares`; checked, and turned off with a
+                warning, when the replicas differ). Default off; ``TRAINGUARD_SNAPSHOT_SHARES``
+                (``1``/``0``) wins when set.
+            dp_size: data-parallel replicas (default: every rank; ``TRAINGUARD_DP_SIZE`` wins
+                when set); rank ``r``'s replicas are the ranks equal to ``r`` modulo
+                ``world_size / dp_size``.
+            per_rank: keys of the saved state that differ per rank (a data loader's position):
+                every rank snapshots them whole. Random generators always are.
 
         Raises:
-            SessionError: the agent is unreachable; without one, a checkpoint setting is
-                malformed or the directory is not writable.
+            SessionError: the agent is unreachable; a share setting is malformed; without an
+                agent, a checkpoint setting is malformed or the directory is not writable.
         """
         address = os.environ.get("TRAINGUARD_AGENT_SOCKET")
         self.rank = int(os.environ.get("RANK", "0"))
@@ -178,13 +191,23 @@ class Session:
             raise SessionError(str(error)) from error
         self._state = agent_memory.AgentMemoryBackend(
             self._link, rank=self.rank, world_size=self.world_size,
-            request_timeout=request_timeout)
+            request_timeout=request_timeout,
+            shares=self._shares(share_replicas, dp_size, per_rank))
         # After the backend: the agent answers the hello with orders (the snapshot interval).
         self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
         atexit.register(self.close)
+
+    def _shares(self, enabled: bool | None, dp_size: int | None,
+                per_rank: Collection[str]) -> replica_shares.ReplicaShares:
+        try:
+            return replica_shares.ReplicaShares.from_env(
+                rank=self.rank, world_size=self.world_size, enabled=enabled, dp_size=dp_size,
+                per_rank=per_rank)
+        except replica_shares.SharesError as error:
+            raise SessionError(str(error)) from error
 
     def _start_without_agent(self, every: int | None,
                              directory: str | os.PathLike[str] | None) -> None:

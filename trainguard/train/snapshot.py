@@ -16,7 +16,7 @@ import mmap
 import os
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from trainguard.ipc import snapshot_layout
 from trainguard.train import device_copy
 
 __all__ = [
+    "Absent",
     "MappedSlot",
     "Prepared",
     "SnapshotError",
@@ -32,6 +33,7 @@ __all__ = [
     "flatten",
     "prepare",
     "read_snapshot",
+    "read_tensors",
     "snapshot_bytes",
 ]
 
@@ -44,8 +46,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def flatten(tree: Any) -> tuple[bytes, list[torch.Tensor]]:
-    """Pickle ``tree`` with tensors taken out; returns (pickle, tensors by persistent id)."""
+def flatten(tree: Any, *, sources: list[int] | None = None) -> tuple[bytes, list[torch.Tensor]]:
+    """Pickle ``tree`` with tensors taken out; returns (pickle, tensors by persistent id).
+    ``sources``, when given, receives the ``id()`` of each tensor of the tree, in that order."""
     tensors: list[torch.Tensor] = []
     index: dict[int, int] = {}
     buffer = io.BytesIO()
@@ -60,6 +63,8 @@ def flatten(tree: Any) -> tuple[bytes, list[torch.Tensor]]:
             if key not in index:
                 index[key] = len(tensors)
                 tensors.append(obj.detach())
+                if sources is not None:
+                    sources.append(key)
             return index[key]
 
     _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(tree)
@@ -90,14 +95,19 @@ class Prepared:
         return self.payload_offset + self.payload_len
 
 
-def prepare(tree: Any) -> Prepared:
-    skeleton, tensors = flatten(tree)
+def prepare(tree: Any, *, elsewhere: Mapping[int, int] | None = None) -> Prepared:
+    """Lay ``tree`` out; ``elsewhere`` maps the ``id()`` of a tensor of the tree to the rank
+    whose snapshot holds it instead (its share of replicated state): it gets no bytes here."""
+    sources: list[int] = []
+    skeleton, tensors = flatten(tree, sources=sources)
     entries = []
     offset = 0
-    for tensor in tensors:
-        nbytes = tensor.numel() * tensor.element_size()
+    for tensor, source in zip(tensors, sources, strict=True):
+        holder = (elsewhere or {}).get(source)
+        nbytes = tensor.numel() * tensor.element_size() if holder is None else 0
         entries.append(snapshot_layout.TensorEntry(
-            _dtype_name(tensor.dtype), tuple(tensor.shape), offset, nbytes, str(tensor.device)))
+            _dtype_name(tensor.dtype), tuple(tensor.shape), offset, nbytes,
+            device=str(tensor.device), holder=holder))
         offset = snapshot_layout.align(offset + nbytes)
     table = snapshot_layout.encode_table(entries)
     head = snapshot_layout.HEADER_SIZE + len(table) + len(skeleton)
@@ -183,16 +193,58 @@ class MappedSlot:
         return writing + 1
 
 
-def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone
+@dataclasses.dataclass(frozen=True)
+class Absent:
+    """A tensor of a decoded tree whose bytes are in another rank's snapshot (its share):
+    ``tensor`` is allocated, uninitialised, and is to be filled from ``holder``."""
+
+    index: int
+    tensor: torch.Tensor
+    holder: int
+
+
+def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone,
+                  absent: list[Absent] | None = None
                   ) -> tuple[snapshot_layout.SnapshotHeader, Any]:
-    """Read a committed snapshot (memory slot or shard file) into new tensors.
+    """Read a committed snapshot (memory slot or shard file) into new tensors; see
+    :func:`decode` for ``absent``.
 
     Raises:
         SnapshotError: the file is not a complete snapshot.
     """
     memory = _map_private(path)
     try:
-        return decode(memory, name=path, copy=copy)
+        return decode(memory, name=path, copy=copy, absent=absent)
+    finally:
+        memory.close()
+
+
+def read_tensors(path: str, indexes: Collection[int]) -> dict[int, torch.Tensor]:
+    """Tensors ``indexes`` of the committed snapshot in ``path`` (new tensors), by index: the
+    shares another rank's snapshot leaves to this one.
+
+    Raises:
+        SnapshotError: the file is not a complete snapshot or does not hold them.
+    """
+    memory = _map_private(path)
+    try:
+        header = _header(memory, name=path)
+        try:
+            entries = snapshot_layout.decode_table(
+                bytes(memory[header.table_offset : header.table_offset + header.table_len]))
+        except snapshot_layout.LayoutError as error:
+            raise SnapshotError(f"{path}: {error}") from error
+        raw = torch.frombuffer(memory, dtype=torch.uint8)
+        found = {}
+        for index in indexes:
+            entry = entries[index] if index < len(entries) else None
+            if entry is None or entry.holder is not None:
+                raise SnapshotError(f"{path} does not hold tensor {index} of the state")
+            start = header.payload_offset + entry.offset
+            view = raw[start : start + entry.nbytes].view(getattr(torch, entry.dtype))
+            found[index] = view.view(entry.shape).clone()
+        del raw
+        return found
     finally:
         memory.close()
 
@@ -241,13 +293,16 @@ def _header(memory: Any, *, name: str) -> snapshot_layout.SnapshotHeader:
 
 
 def decode(memory: Any, *, name: str,
-           copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone
+           copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone,
+           absent: list[Absent] | None = None
            ) -> tuple[snapshot_layout.SnapshotHeader, Any]:
     """Decode a committed snapshot held in a writable buffer (a mapping, or bytes received
-    from a peer); ``name`` says where it came from, in errors.
+    from a peer); ``name`` says where it came from, in errors. Tensors that another rank's
+    snapshot holds are appended to ``absent``, to be filled by the caller.
 
     Raises:
-        SnapshotError: the buffer is not a complete snapshot.
+        SnapshotError: the buffer is not a complete snapshot, or holds only a share of the
+            state and ``absent`` is None.
     """
     header = _header(memory, name=name)
     try:
@@ -256,17 +311,26 @@ def decode(memory: Any, *, name: str,
         skeleton = bytes(
             memory[header.skeleton_offset : header.skeleton_offset + header.skeleton_len])
         raw = torch.frombuffer(memory, dtype=torch.uint8)
-        tensors = []
+        tensors: list[torch.Tensor] = []
         for entry in entries:
             dtype = getattr(torch, entry.dtype)
             device = _restore_device(entry.device, name=name)
             start = header.payload_offset + entry.offset
-            if not entry.nbytes:
+            if entry.holder is not None:
+                if absent is None:
+                    raise SnapshotError(
+                        f"{name} holds only a share of the replicated state (tensor "
+                        f"{len(tensors)} is in rank {entry.holder}'s snapshot); load it with "
+                        "the shares of its replica group")
+                # Filled from its holder over the CPU transfer path.
+                tensors.append(torch.empty(entry.shape, dtype=dtype))
+                absent.append(Absent(len(tensors) - 1, tensors[-1], entry.holder))
+            elif not entry.nbytes:
                 tensors.append(torch.empty(entry.shape, dtype=dtype, device=device))
-                continue
-            view = raw[start : start + entry.nbytes].view(dtype).view(entry.shape)
-            # A copy onto the device is already a copy out of the buffer.
-            tensors.append(copy(view) if device.type == "cpu" else view.to(device))
+            else:
+                view = raw[start : start + entry.nbytes].view(dtype).view(entry.shape)
+                # A copy onto the device is already a copy out of the buffer.
+                tensors.append(copy(view) if device.type == "cpu" else view.to(device))
         del raw
 
         class _Unpickler(pickle.Unpickler):

@@ -1,0 +1,183 @@
+"""Step-time cost of a memory snapshot every step, against the same job without snapshots.
+
+The job is jobs/overhead_job.py under ``trainguard run`` with ``Session.step`` around each step
+(``--mode session``), at two sizes: the demo's model (3 x 256x256 Linear, batch 64) and about
+75 MB of state per rank (3 x 1448x1448 Linear + Adam, batch 128). Each size runs without
+snapshots, with ``Session.checkpoint`` after every step writing every rank's whole state, and
+the same with shares (``TRAINGUARD_SNAPSHOT_SHARES=1``: each replica writes 1/dp of the
+replicated state), ``--rounds`` times interleaved, so that a machine that slows down over time
+slows each alike.
+
+Measured: the median step time over every rank's steps after the first ``--warmup`` share, and
+each snapshot variant's overhead against the job without (target: at most 5%). Beside it, the
+floor: one replica's state copied once per step at this machine's memory bandwidth (measured
+here on one thread, into memory reserved beforehand, as the snapshot does; the fastest of 11),
+as a share of the step without snapshots; every rank of a data-parallel group copying its
+whole state costs ``ranks`` times that. Prints one JSON object; ``--output`` also writes it
+(default when given without a path: benchmarks/results/snapshot-overhead.json).
+
+    python -m benchmarks.snapshot_overhead --output          # 4 ranks, 200 steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from benchmarks import common, overhead
+
+__all__ = ["BASELINE", "SIZES", "TARGET", "VARIANTS", "Size", "copy_seconds", "main", "state_bytes"]
+
+NAME = "snapshot-overhead"
+TARGET = 0.05  # a snapshot variant's median step may be at most this much slower
+BASELINE = "no snapshots"
+VARIANTS = {  # name -> (snapshot every N steps, environment)
+    BASELINE: (0, {}),
+    "whole, every step": (1, {"TRAINGUARD_SNAPSHOT_SHARES": "0"}),
+    "shares, every step": (1, {"TRAINGUARD_SNAPSHOT_SHARES": "1"}),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    name: str
+    width: int
+    batch: int
+
+
+SIZES = (Size("demo", 256, 64), Size("75MB", 1448, 128))
+
+
+def state_bytes(width: int) -> int:
+    """Bytes of the job's state (model + Adam after its first step) on one rank."""
+    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width),
+                          nn.ReLU(), nn.Linear(width, width))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.zeros(1, width)).sum().backward()
+    optimizer.step()
+    tensors = [*model.state_dict().values()]
+    for entry in optimizer.state_dict()["state"].values():
+        tensors += [value for value in entry.values() if isinstance(value, torch.Tensor)]
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+
+def copy_seconds(nbytes: int, *, repeats: int = 11) -> float:
+    """Seconds to copy ``nbytes`` into memory reserved beforehand, on one thread as a worker
+    copies (``OMP_NUM_THREADS=1``): the fastest of ``repeats``, the floor a copy can reach on
+    a machine others share."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        source = torch.ones(nbytes, dtype=torch.uint8)
+        target = torch.empty_like(source)
+        target.copy_(source)  # touch every page once, as the slot's MAP_POPULATE does
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            target.copy_(source)
+            times.append(time.perf_counter() - began)
+    finally:
+        torch.set_num_threads(threads)
+    return min(times)
+
+
+def _command(size: Size, every: int, workdir: Path, args: argparse.Namespace) -> list[str]:
+    return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node",
+            str(args.nproc_per_node), "--run-root", str(workdir / "runs"), "--rdzv-id", "bench",
+            str(common.JOBS / "overhead_job.py"), "--steps", str(args.steps), "--width",
+            str(size.width), "--batch", str(size.batch), "--mode", "session",
+            "--snapshot-every", str(every)]
+
+
+def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for number in range(args.rounds):
+        for name, (every, env) in VARIANTS.items():
+            workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-", dir=root))
+            times[name] += overhead.step_times(
+                f"{size.name}, {name}", _command(size, every, workdir, args), workdir=workdir,
+                ranks=args.nproc_per_node, skip=max(1, int(args.steps * args.warmup)),
+                timeout=args.timeout, env=env)
+            print(f"[snapshot-overhead] round {number + 1}: {size.name}, {name} done",
+                  file=sys.stderr, flush=True)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    baseline = medians[BASELINE]
+    overheads = {name: median / baseline - 1 for name, median in medians.items()
+                 if name != BASELINE}
+    nbytes = state_bytes(size.width)
+    floor = copy_seconds(nbytes)
+    return {
+        **dataclasses.asdict(size), "state_bytes_per_rank": nbytes,
+        "median_step_seconds": medians,
+        "steps_measured": {name: len(values) for name, values in times.items()},
+        "overhead": overheads, "met": {name: value <= TARGET for name, value in overheads.items()},
+        "floor_copy_seconds": floor, "floor_overhead": floor / baseline,
+        "every_rank_copies_overhead": args.nproc_per_node * floor / baseline,
+    }
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    chosen = [size for size in SIZES if size.name in args.sizes]
+    with tempfile.TemporaryDirectory(prefix="trainguard-snapshot-overhead-") as root:
+        sizes = [_measure(size, args, Path(root)) for size in chosen]
+    return {
+        "benchmark": NAME, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {**common.machine(), "argv": [f"benchmarks/{NAME.replace('-', '_')}.py",
+                                                 *argv]},
+        "setup": f"{args.nproc_per_node}-rank DDP MLP (3 Linear layers, Adam) on CPU with gloo "
+                 f"under `trainguard run` and Session.step, {args.steps} steps, {args.rounds} "
+                 f"round(s); the snapshot (Session.checkpoint after each step) is inside the "
+                 f"timed step; the first {args.warmup:.0%} of each rank's steps left out; floor: "
+                 "one replica's state copied once per step at memory bandwidth, measured after the "
+                 "jobs",
+        "target": TARGET, "sizes": sizes,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    result = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    result.add_argument("--nproc-per-node", type=int, default=4)
+    result.add_argument("--steps", type=int, default=200)
+    result.add_argument("--rounds", type=int, default=1)
+    result.add_argument("--sizes", nargs="+", choices=[size.name for size in SIZES],
+                        default=[size.name for size in SIZES])
+    result.add_argument("--warmup", type=float, default=0.1,
+                        help="the share of each rank's first steps left out")
+    result.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds one job may take")
+    result.add_argument("--output", nargs="?", type=Path, const=common.RESULTS / f"{NAME}.json",
+                        default=None, help="also write the JSON here (default when given "
+                        f"without a path: benchmarks/results/{NAME}.json)")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    if args.nproc_per_node < 1 or args.steps < 2 or args.rounds < 1 \
+            or not 0 <= args.warmup < 1:
+        raise SystemExit("--nproc-per-node, --rounds >= 1, --steps >= 2, 0 <= --warmup < 1")
+    common.exit_cleanly_on_sigterm()
+    text = json.dumps(run(args, argv), indent=1)
+    print(text)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text + "\n")
+        print(f"[snapshot-overhead] written to {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

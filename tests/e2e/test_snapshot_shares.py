@@ -1,0 +1,78 @@
+"""End to end: snapshots as shares of the replicated state, restored bitwise identical."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.jobs import SCRIPTS, Start
+from trainguard.train import snapshot
+
+pytestmark = pytest.mark.e2e
+
+
+def newest_shards(run_dir: Path) -> list[tuple[int, int, list[int]]]:
+    """(rank, payload bytes, holders of the tensors it lacks) of the newest checkpoint."""
+    newest = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+    found = []
+    for path in sorted(newest.glob("rank-*.tgsnap")):
+        absent: list[snapshot.Absent] = []
+        header, _ = snapshot.read_snapshot(str(path), absent=absent)
+        found.append((header.rank, header.payload_len, sorted({a.holder for a in absent})))
+    return found
+
+
+def test_shares_recover_a_crash_and_an_error_bitwise_identical(run_job: Start,
+                                                               tmp_path: Path) -> None:
+    common = ["--nproc-per-node", "4", "-m", "trainguard.demo.ddp_job", "--steps", "60",
+              "--width", "128"]
+    shares = {"TRAINGUARD_SNAPSHOT_SHARES": "1"}
+    faulty = run_job("--max-restarts", "3", "-r", "3", "--inject", "crash:1:20,exception:3:40",
+                     *common, "--output", str(tmp_path / "faulty.sha"), run_id="faulty",
+                     env=shares)
+    assert faulty.wait() == 0, faulty.output()
+    clean = run_job(*common, "--output", str(tmp_path / "clean.sha"), run_id="clean")
+    assert clean.wait() == 0, clean.output()
+    assert (tmp_path / "faulty.sha").read_text() == (tmp_path / "clean.sha").read_text()
+    recoveries = faulty.events("recovery-completed")
+    assert [(r["restore_source"], r["restore_step"], r["steps_lost"]) for r in recoveries] == [
+        ("memory", 20, 0), ("memory", 40, 0)]
+    shared = newest_shards(tmp_path / "runs" / "faulty")
+    whole = newest_shards(tmp_path / "runs" / "clean")
+    assert [holders for _, _, holders in shared] == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]
+    assert all(holders == [] for _, _, holders in whole)
+    # the four shares together are about one replica's state, not four
+    assert sum(size for _, size, _ in shared) < 0.4 * sum(size for _, size, _ in whole)
+
+    # A checkpoint of shares resumes without trainguard too (torchrun, Session without agent).
+    checkpoints = tmp_path / "shared-checkpoints"
+    first = run_job("--nproc-per-node", "4", "--checkpoint-dir", str(checkpoints), "-m",
+                    "trainguard.demo.ddp_job", "--steps", "30", "--width", "128",
+                    run_id="first-half", env=shares)
+    assert first.wait() == 0, first.output()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TRAINGUARD_")}
+    env["TRAINGUARD_CHECKPOINT_DIR"] = str(checkpoints)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+         "-m", "trainguard.demo.ddp_job", "--steps", "60", "--width", "128",
+         "--output", str(tmp_path / "resumed.sha")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "step 0 loss" not in resumed.stdout, "it started over: the shares were not loaded"
+    assert "step 50 loss" in resumed.stdout
+    assert (tmp_path / "resumed.sha").read_text() == (tmp_path / "clean.sha").read_text()
+
+
+def test_replicas_that_differ_are_snapshotted_whole_with_a_warning(run_job: Start,
+                                                                   tmp_path: Path) -> None:
+    job = run_job("--nproc-per-node", "2", str(SCRIPTS / "divergent_job.py"), run_id="divergent")
+    assert job.wait() == 0, job.output()
+    assert ("the replicated state (everything saved but the per-rank keys) differs between "
+            "ranks that should hold the same: replica groups [[0, 1]] at dp-size 2. Is the "
+            "script data parallel, and is the dp-size right? Snapshots stay whole on every "
+            "rank from now on.") in job.output()
+    assert all(holders == [] for _, _, holders in newest_shards(tmp_path / "runs" / "divergent"))

@@ -1,0 +1,108 @@
+"""Shares of replicated state: who writes what, and what a snapshot of a share holds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainguard.faults import replicas
+from trainguard.ipc import snapshot_layout
+from trainguard.train import replica_shares, snapshot
+
+
+def tree() -> dict[str, object]:
+    weights = [torch.full((10, 10), float(i)) for i in range(8)]
+    return {"step": 3, "state": {"model": {f"w{i}": w for i, w in enumerate(weights)},
+                                 "loader": {"position": torch.tensor([7])}},
+            "rng": {"torch": torch.tensor([1, 2, 3], dtype=torch.uint8)}}
+
+
+def test_each_replica_holds_a_run_of_about_equal_bytes() -> None:
+    tensors = [torch.zeros(100) for _ in range(8)]
+    assert replica_shares.assign(tensors, (0, 1, 2, 3)) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert replica_shares.assign([torch.zeros(1000), *tensors], (1, 3)) == [1, *[3] * 8]
+
+
+def test_per_rank_keys_and_random_generators_are_not_replicated() -> None:
+    saved = tree()
+    found = replica_shares.replicated_tensors(saved, per_rank={"loader"})
+    assert len(found) == 8
+    assert all(t is not saved["state"]["loader"]["position"] for t in found)  # type: ignore[index]
+
+
+def test_a_share_snapshot_leaves_the_others_tensors_to_their_holders(tmp_path: Path) -> None:
+    saved = tree()
+    shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
+                                          enabled=True, per_rank={"loader"})
+    shares._checked = True  # the replicas' comparison needs a process group: see e2e
+    elsewhere = shares.elsewhere(saved)
+    assert sorted(elsewhere.values()) == [0, 0, 2, 2, 3, 3]
+    prepared = snapshot.prepare(saved, elsewhere=elsewhere)
+    whole = snapshot.prepare(saved)
+    assert whole.payload_len - prepared.payload_len >= 6 * 400
+    assert [e.holder for e in snapshot_layout.decode_table(prepared.table)][:8] == [
+        0, 0, None, None, 2, 2, 3, 3]
+    path = tmp_path / "slot"
+    path.write_bytes(b"\0" * prepared.nbytes)
+    mapped = snapshot.MappedSlot(str(path))
+    mapped.write(prepared, step=3, generation=0, rank=1, world_size=4)
+    mapped.close()
+    with pytest.raises(snapshot.SnapshotError, match="holds only a share of the replicated"):
+        snapshot.read_snapshot(str(path))
+    absent: list[snapshot.Absent] = []
+    _, loaded = snapshot.read_snapshot(str(path), absent=absent)
+    assert [(item.index, item.holder) for item in absent] == [
+        (0, 0), (1, 0), (4, 2), (5, 2), (6, 3), (7, 3)]
+    assert torch.equal(loaded["state"]["model"]["w2"], torch.full((10, 10), 2.0))
+    assert torch.equal(loaded["state"]["loader"]["position"], torch.tensor([7]))
+
+
+def test_a_tree_with_fewer_tensors_than_replicas_is_snapshotted_whole() -> None:
+    saved = {"step": 1, "state": {"model": {"w": torch.zeros(4)}}, "rng": {}}
+    shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(2, 2),
+                                          enabled=True)
+    shares._checked = True
+    assert shares.elsewhere(saved) == {}
+
+
+def test_assembling_refuses_shares_of_another_layout() -> None:
+    saved = tree()
+    writer = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
+                                          enabled=True)
+    writer._checked = True
+    prepared = snapshot.prepare(saved, elsewhere=writer.elsewhere(saved))
+    assert prepared.payload_len > 0
+    reader = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 2),
+                                          enabled=True)
+    absent = [snapshot.Absent(0, saved["state"]["model"]["w0"], 0)]  # type: ignore[index]
+    with pytest.raises(replica_shares.SharesError, match="do not match replica group"):
+        reader.fill(saved, absent)
+
+
+def test_settings_come_from_the_environment_first() -> None:
+    environ = {"TRAINGUARD_SNAPSHOT_SHARES": "1", "TRAINGUARD_DP_SIZE": "2"}
+    shares = replica_shares.ReplicaShares.from_env(rank=3, world_size=4, enabled=False,
+                                                   dp_size=None, environ=environ)
+    assert shares.enabled
+    assert shares._group == (1, 3)
+    off = replica_shares.ReplicaShares.from_env(rank=0, world_size=4, enabled=None,
+                                                dp_size=None, environ={})
+    assert not off.enabled
+
+
+@pytest.mark.parametrize(("environ", "dp_size", "message"), [
+    ({"TRAINGUARD_SNAPSHOT_SHARES": "yes"}, None,
+     "TRAINGUARD_SNAPSHOT_SHARES must be 0 or 1, got 'yes'"),
+    ({"TRAINGUARD_DP_SIZE": "3"}, None,
+     "TRAINGUARD_DP_SIZE='3': dp-size 3 does not divide the world size 4"),
+    ({"TRAINGUARD_DP_SIZE": "many"}, None, "TRAINGUARD_DP_SIZE='many': invalid literal"),
+    ({}, 3, "dp_size=3: dp-size 3 does not divide the world size 4"),
+])
+def test_a_malformed_setting_is_named(environ: dict[str, str], dp_size: int | None,
+                                      message: str) -> None:
+    with pytest.raises(replica_shares.SharesError, match=re.escape(message)):
+        replica_shares.ReplicaShares.from_env(rank=0, world_size=4, enabled=True,
+                                              dp_size=dp_size, environ=environ)

@@ -1,0 +1,238 @@
+"""Snapshot state that data-parallel replicas share once per replica group, as shares.
+
+The ``dp`` replicas of a replica group (:class:`trainguard.faults.replicas.ReplicaLayout`) hold
+identical model and optimizer state, so copying all of it on every rank writes the same bytes
+``dp`` times into the host's memory. With shares, the replicated tensors (everything under the
+tree's ``"state"`` except the keys named per-rank) are split into ``dp`` contiguous runs of
+about equal bytes, in the tree's order; replica ``i`` of the group writes only run ``i`` and
+marks the others with the rank that holds them (:mod:`trainguard.ipc.snapshot_layout`). Per-rank
+parts (the step, random generators, keys named per-rank) stay whole in every snapshot.
+
+Dedup is trusted only after it is checked: at the first snapshot of every generation each rank
+checksums its replicated tensors and the ranks compare them over the process group. Replicas
+that differ (a script that is not data parallel, a wrong ``dp_size``) turn shares off for the
+rest of the process, with a warning, and every snapshot is whole again.
+
+A restore decodes the rank's own snapshot and fills each tensor held elsewhere by a broadcast
+from its holder within the replica group, so every rank of the group must restore together
+(they do: every rank of a generation restores the same step).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import xxhash
+
+from trainguard.faults import replicas
+from trainguard.train import snapshot
+
+__all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "replicated_tensors"]
+
+logger = logging.getLogger(__name__)
+
+
+class SharesError(RuntimeError):
+    """A snapshot's shares cannot be assembled; the message says why."""
+
+
+def _tensors(node: Any) -> Iterator[torch.Tensor]:
+    if isinstance(node, torch.Tensor):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _tensors(value)
+    elif isinstance(node, list | tuple):
+        for value in node:
+            yield from _tensors(value)
+
+
+def replicated_tensors(tree: dict[str, Any], per_rank: Collection[str]) -> list[torch.Tensor]:
+    """The tensors of ``tree["state"]`` outside the ``per_rank`` keys, each once, in order."""
+    seen: set[int] = set()
+    found = []
+    for key, value in tree["state"].items():
+        if key in per_rank:
+            continue
+        for tensor in _tensors(value):
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                found.append(tensor)
+    return found
+
+
+def assign(tensors: list[torch.Tensor], group: tuple[int, ...]) -> list[int]:
+    """The holder of each tensor: ``group``'s ranks in turn, each a run of about equal bytes
+    (a tensor goes to the share its first byte falls in)."""
+    sizes = [tensor.numel() * tensor.element_size() for tensor in tensors]
+    total = max(1, sum(sizes))
+    holders = []
+    before = 0
+    for size in sizes:
+        holders.append(group[min(len(group) - 1, before * len(group) // total)])
+        before += size
+    return holders
+
+
+def _digest(tensors: list[torch.Tensor]) -> int:
+    hasher = xxhash.xxh3_64()
+    for tensor in tensors:
+        hasher.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+        data = tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
+        hasher.update(data.data)
+    return hasher.intdigest() - 2**63  # to a signed 64-bit value, for an int64 tensor
+
+
+def fill_from_files(absent: list[snapshot.Absent], shards: Mapping[int, str]) -> None:
+    """Complete a tree decoded from a checkpoint on disk: each absent tensor is read from the
+    shard file of its holder (``shards``: rank -> file), in the same checkpoint. No process group
+    is needed: every shard is on disk.
+
+    Raises:
+        snapshot.SnapshotError: a holder's shard is unreadable, lacks the tensor, or holds one
+            of another shape or type.
+    """
+    by_holder: dict[int, list[snapshot.Absent]] = {}
+    for item in absent:
+        by_holder.setdefault(item.holder, []).append(item)
+    for holder, items in sorted(by_holder.items()):
+        path = shards.get(holder)
+        if path is None:
+            raise snapshot.SnapshotError(f"the checkpoint has no shard of rank {holder}, which "
+                                         "holds part of the replicated state")
+        found = snapshot.read_tensors(path, [item.index for item in items])
+        for item in items:
+            held = found[item.index]
+            if held.dtype != item.tensor.dtype or held.shape != item.tensor.shape:
+                raise snapshot.SnapshotError(
+                    f"{path}: tensor {item.index} is {held.dtype} {tuple(held.shape)}, not the "
+                    f"{item.tensor.dtype} {tuple(item.tensor.shape)} its replica expects")
+            item.tensor.copy_(held)
+
+
+class ReplicaShares:
+    def __init__(self, *, rank: int, layout: replicas.ReplicaLayout, enabled: bool,
+                 per_rank: Collection[str] = ()) -> None:
+        """Args:
+            layout: which ranks hold the same state.
+            enabled: whether to write shares at all (a group of one replica never does).
+            per_rank: keys of the saved state that differ per rank and stay whole.
+        """
+        self._rank = rank
+        self._layout = layout
+        self._group = layout.group(rank)
+        self._per_rank = frozenset(per_rank)
+        self.enabled = enabled and len(self._group) > 1
+        self._checked = False
+
+    @classmethod
+    def from_env(cls, *, rank: int, world_size: int, enabled: bool | None,
+                 dp_size: int | None, per_rank: Collection[str] = (),
+                 environ: Mapping[str, str] = os.environ) -> ReplicaShares:
+        """The session's settings, ``TRAINGUARD_SNAPSHOT_SHARES`` (``0``/``1``) and
+        ``TRAINGUARD_DP_SIZE`` winning over the arguments; shares are off unless asked for, and
+        the replicas default to every rank (pure data parallelism).
+
+        Raises:
+            SharesError: a setting is malformed; the message names it.
+        """
+        flag = environ.get("TRAINGUARD_SNAPSHOT_SHARES")
+        if flag is not None:
+            if flag not in ("0", "1"):
+                raise SharesError(f"TRAINGUARD_SNAPSHOT_SHARES must be 0 or 1, got {flag!r}")
+            enabled = flag == "1"
+        size = environ.get("TRAINGUARD_DP_SIZE")
+        where = f"TRAINGUARD_DP_SIZE={size!r}" if size is not None else f"dp_size={dp_size}"
+        try:
+            layout = replicas.ReplicaLayout(
+                world_size, int(size) if size is not None else dp_size or world_size)
+        except ValueError as error:
+            raise SharesError(f"{where}: {error}") from error
+        return cls(rank=rank, layout=layout, enabled=bool(enabled), per_rank=per_rank)
+
+    def new_generation(self) -> None:
+        """The next snapshot checks again that the replicas are identical."""
+        self._checked = False
+
+    def elsewhere(self, tree: dict[str, Any]) -> dict[int, int]:
+        """For :func:`snapshot.prepare`: the ``id()`` of each tensor another rank writes, and
+        that rank; empty when this snapshot is to be whole."""
+        if not self.enabled:
+            return {}
+        tensors = replicated_tensors(tree, self._per_rank)
+        if not self._checked:
+            self._checked = True
+            if not self._identical(tensors):
+                self.enabled = False
+                return {}
+        holders = assign(tensors, self._group)
+        if len(set(holders)) < len(self._group):
+            # Too few tensors for a share each: whole, so that every snapshot written as
+            # shares lacks some tensor on every rank, and every rank of the group assembles.
+            return {}
+        return {id(tensor): holder for tensor, holder in zip(tensors, holders, strict=True)
+                if holder != self._rank}
+
+    def _identical(self, tensors: list[torch.Tensor]) -> bool:
+        if not (dist.is_available() and dist.is_initialized()):
+            logger.warning("rank %d: replicated state is snapshotted whole on every rank: "
+                           "shares need the process group to compare the replicas (checkpoint "
+                           "after init_process_group())", self._rank)
+            return False
+        mine = torch.tensor([_digest(tensors)], dtype=torch.int64)
+        every = [torch.zeros(1, dtype=torch.int64) for _ in range(self._layout.world_size)]
+        dist.all_gather(every, mine)
+        digests = [int(digest.item()) for digest in every]
+        # Every rank sees every digest, so every rank takes the same decision.
+        differing = [list(group) for group in map(self._layout.group, range(self._layout.parts))
+                     if len({digests[rank] for rank in group}) > 1]
+        if differing and self._rank == 0:
+            logger.warning(
+                "the replicated state (everything saved but the per-rank keys) differs between "
+                "ranks that should hold the same: replica groups %s at dp-size %d. Is the script "
+                "data parallel, and is the dp-size right? Snapshots stay whole on every rank "
+                "from now on.", differing, self._layout.dp_size)
+        return not differing
+
+    def fill(self, tree: dict[str, Any], absent: list[snapshot.Absent]) -> None:
+        """Complete a decoded tree: each replicated tensor goes from its holder to the rest of
+        the replica group. Every rank of the group calls it, with its own snapshot's tree.
+
+        Raises:
+            SharesError: the tree was not written as shares of this layout, or this rank's
+                own share is missing (its snapshot came from a peer that lacks it).
+        """
+        tensors = replicated_tensors(tree, self._per_rank)
+        holders = assign(tensors, self._group)
+        missing = {id(item.tensor): item.holder for item in absent}
+        expected = {id(tensor): holder for tensor, holder in zip(tensors, holders, strict=True)
+                    if holder != self._rank}
+        if missing != expected:
+            lost = sorted({holder for holder in missing.values() if holder == self._rank})
+            why = ("this rank's own share is not in the snapshot it got" if lost else
+                   f"the snapshot's shares do not match replica group {list(self._group)} "
+                   f"(dp-size {self._layout.dp_size}, per-rank keys {sorted(self._per_rank)})")
+            raise SharesError(f"rank {self._rank}: cannot assemble the replicated state: {why}")
+        if not (dist.is_available() and dist.is_initialized()):
+            raise SharesError("the snapshot holds a share of the replicated state, which comes "
+                              "together over the process group: call restore() after "
+                              "init_process_group()")
+        group = self._process_group()
+        for tensor, holder in zip(tensors, holders, strict=True):
+            dist.broadcast(tensor, src=holder, group=group)
+
+    def _process_group(self) -> Any:
+        """The replica group's process group (None: the whole world is one group)."""
+        if self._layout.parts == 1:
+            return None
+        mine = None
+        for part in range(self._layout.parts):  # every rank creates every group, in order
+            created = dist.new_group(list(self._layout.group(part)))
+            if part == self._rank % self._layout.parts:
+                mine = created
+        return mine
