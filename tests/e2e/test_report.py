@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.jobs import SCRIPTS, Start
+from trainguard.controller import policy
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +26,8 @@ def test_a_report_of_a_recovered_crash(run_job: Start, tmp_path: Path) -> None:
                   "--inject", "crash:1:20", str(SCRIPTS / "session_job.py"), "--steps", "60",
                   "--step-sleep", "0.05")
     assert job.wait() == 0, job.output()
-    strategy = job.events("recovery-completed")[0]["strategy"]
+    # Recorded under the original's name, shown in the console's words.
+    strategy = policy.Strategy(job.events("recovery-completed")[0]["strategy"]).shown
 
     written = report(job.run_dir, cwd=tmp_path)
     assert written.returncode == 0, written.stderr
