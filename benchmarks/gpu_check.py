@@ -49,7 +49,7 @@ def _environment(device: str) -> dict[str, Any]:
     if device == "cuda":
         found.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0),
                      gpus=torch.cuda.device_count(),
-                     nccl=".".join(map(str, torch.cuda.nccl.version()))
+                     nccl=".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
                      if dist.is_nccl_available() else None)
     return found
 
