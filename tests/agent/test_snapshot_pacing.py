@@ -147,3 +147,21 @@ def test_the_stall_is_the_slowest_ranks() -> None:
     choice = pacer.review()
     assert choice is not None
     assert choice.interval == 4
+
+
+def test_a_fixed_interval_is_told_of_another_once_not_at_every_wobble_of_the_stall() -> None:
+    """make run printed a new recommendation every few seconds as the stall moved between 11
+    and 17 ms (every 3, 4, 3, 5 steps...): only the switch from 'keep it' to 'change it' is news."""
+    clock = FakeClock()
+    pacer, agent, recorded = _pacer("1", clock)
+    pacer.start()
+    recommended = []
+    for stall in (0.012, 0.017, 0.011, 0.016, 0.012):
+        _steps(agent, clock, count=40, step=0.085, stall=stall, every=1)
+        choice = pacer.review()
+        assert choice is not None
+        recommended.append(choice.recommended)
+    assert len(set(recommended)) > 1, "the stalls must move the recommendation for this test"
+    chosen = [e for e in recorded if isinstance(e, events.SnapshotIntervalChosen)]
+    assert len(chosen) == 2  # the start, and the first recommendation
+    assert agent.paced == [1] * 5

@@ -102,8 +102,7 @@ class SnapshotPacer:
             device_mtbf=self._settings.device_failure_interval,
             ranks=self._settings.nproc_per_node)
         self._agent.pace_snapshots(choice.interval)
-        if last is None or (last.interval, last.recommended) != (choice.interval,
-                                                                 choice.recommended):
+        if last is None or self._noteworthy(last) != self._noteworthy(choice):
             self._recorded = choice
             self._record(events.SnapshotIntervalChosen(
                 job=self._settings.run_id, interval=choice.interval,
@@ -113,6 +112,14 @@ class SnapshotPacer:
                 mtbf_observed=choice.mtbf_observed, optimum_steps=choice.optimum,
                 persist_optimum_seconds=choice.persist_optimum_seconds, reason=choice.reason))
         return choice
+
+    def _noteworthy(self, choice: snapshot_interval.IntervalChoice) -> tuple[int, int | bool]:
+        """What a change of is said: the interval; under ``auto`` the interval it moves to, with a
+        fixed N only whether another is recommended (the measured stall varies from review to
+        review, and a recommendation moving between 3 and 4 steps is no news)."""
+        if self._requested is None:
+            return choice.interval, choice.recommended
+        return choice.interval, choice.recommended != self._requested
 
     def tick(self) -> None:
         """Nothing until the job's first snapshot (a script without a session takes none, and
