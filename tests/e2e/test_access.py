@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.jobs import SCRIPTS, Job
+from tests.e2e.jobs import SCRIPTS, Job, unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -60,10 +60,10 @@ print(json.dumps({"inject": inject, "hello": hello}))
 def other_user() -> Iterator[str]:
     """A second local user, created for these tests unless it exists."""
     if os.geteuid() != 0:
-        pytest.skip("needs root: the attacks run as a second local user created for them")
+        unavailable("needs root: the attacks run as a second local user created for them")
     for tool in ("useradd", "userdel", "runuser", OTHER_PYTHON):
         if shutil.which(tool) is None:
-            pytest.skip(f"needs {tool} to run the attacks as a second local user")
+            unavailable(f"needs {tool} to run the attacks as a second local user")
     created = False
     try:
         pwd.getpwnam(OTHER_USER)

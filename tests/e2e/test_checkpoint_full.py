@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.jobs import SCRIPTS, Start
+from tests.e2e.jobs import SCRIPTS, Start, unavailable
 from trainguard import launcher
 
 pytestmark = pytest.mark.e2e
@@ -26,9 +26,9 @@ STEPS = 30
 
 def mount_tmpfs(directory: Path, size: str) -> Iterator[Path]:
     if os.geteuid() != 0:
-        pytest.skip("needs root: mounts a small tmpfs as the checkpoint directory")
+        unavailable("needs root: mounts a small tmpfs as the checkpoint directory")
     if shutil.which("mount") is None:
-        pytest.skip("needs mount(8)")
+        unavailable("needs mount(8)")
     directory.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
                    check=True, timeout=60)
