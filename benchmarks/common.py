@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -104,3 +105,37 @@ def write_result(name: str, body: dict[str, Any]) -> Path:
             "machine": machine(), **body}
     path.write_text(json.dumps(body, indent=1) + "\n")
     return path
+
+
+def add_step_job_arguments(parser: argparse.ArgumentParser, *, name: str, steps: int) -> None:
+    """The options every step-time benchmark shares: ranks, steps, rounds, warm-up, timeout,
+    output."""
+    parser.add_argument("--nproc-per-node", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--warmup", type=float, default=0.1,
+                        help="the share of each rank's first steps left out")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds one job may take")
+    parser.add_argument("--output", nargs="?", type=Path, const=RESULTS / f"{name}.json",
+                        default=None, help="also write the JSON here (default when given "
+                        f"without a path: benchmarks/results/{name}.json)")
+
+
+def run_step_job_benchmark(name: str, parser: argparse.ArgumentParser,
+                           run: Callable[[argparse.Namespace, list[str]], dict[str, Any]],
+                           argv: Sequence[str] | None) -> int:
+    """Parse and check the shared options, run, print the JSON and write it with --output."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(arguments)
+    if args.nproc_per_node < 1 or args.steps < 2 or args.rounds < 1 \
+            or not 0 <= args.warmup < 1:
+        raise SystemExit("--nproc-per-node, --rounds >= 1, --steps >= 2, 0 <= --warmup < 1")
+    exit_cleanly_on_sigterm()
+    text = json.dumps(run(args, arguments), indent=1)
+    print(text)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text + "\n")
+        print(f"[{name}] written to {args.output}", file=sys.stderr)
+    return 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import tempfile
@@ -148,35 +147,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    result.add_argument("--nproc-per-node", type=int, default=4)
-    result.add_argument("--steps", type=int, default=200)
-    result.add_argument("--rounds", type=int, default=1)
+    common.add_step_job_arguments(result, name=NAME, steps=200)
     result.add_argument("--sizes", nargs="+", choices=[size.name for size in SIZES],
                         default=[size.name for size in SIZES])
-    result.add_argument("--warmup", type=float, default=0.1,
-                        help="the share of each rank's first steps left out")
-    result.add_argument("--timeout", type=float, default=900.0,
-                        help="seconds one job may take")
-    result.add_argument("--output", nargs="?", type=Path, const=common.RESULTS / f"{NAME}.json",
-                        default=None, help="also write the JSON here (default when given "
-                        f"without a path: benchmarks/results/{NAME}.json)")
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
-    if args.nproc_per_node < 1 or args.steps < 2 or args.rounds < 1 \
-            or not 0 <= args.warmup < 1:
-        raise SystemExit("--nproc-per-node, --rounds >= 1, --steps >= 2, 0 <= --warmup < 1")
-    common.exit_cleanly_on_sigterm()
-    text = json.dumps(run(args, argv), indent=1)
-    print(text)
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
-        print(f"[snapshot-overhead] written to {args.output}", file=sys.stderr)
-    return 0
+    return common.run_step_job_benchmark(NAME, parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,14 @@ as its outcome (:mod:`.attribution` says whose). What to do about it is the cont
 decision; the agent then carries it out: stop every worker and start the next generation, form
 the next generation from the survivors and replacements (:meth:`NodeAgent.recover`), or stop
 gracefully with a dying checkpoint. How a worker process is started is :mod:`.worker_launcher`'s.
+
+Why one module past 500 lines: every method here reads or changes the one current generation
+(its workers' states, its outcome future, the change event its waits wake on), from the
+controller's commands and from the workers' messages alike, on one event loop. What could be
+decided or done elsewhere already is (attribution, the launcher, the watchdog, fault injection,
+checkpoint memory, the rendezvous stores); splitting the commands from the message handling would
+hand that mutable generation across modules and make each side's invariants the other's. The
+message-based seam to the controller (commands with ids, reports) is where it splits next.
 """
 
 from __future__ import annotations

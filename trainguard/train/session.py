@@ -41,6 +41,14 @@ saves every ``TRAINGUARD_CHECKPOINT_EVERY`` steps (default 100) to ``TRAINGUARD_
 complete checkpoint there, and :meth:`Session.run` calls ``train`` once. Where the state goes is a
 backend: the agent's memory (:mod:`trainguard.train.agent_memory`) or the directory
 (:mod:`trainguard.train.local_directory`).
+
+Why one module past 500 lines: it is the public training-side API, and its parts share one
+small piece of state under one lock: the generation this rank is in, whether it has left it, the
+agent's pending orders (abort, rejoin, stop step, injections) and the state being tracked. The
+step guard, ``run``'s generation loop and the order handlers each read and change all of it.
+What does not share it already lives apart: storage (the backends), torch.distributed
+(:mod:`.process_group`, :mod:`.communicator`), the agent connection (:mod:`.agent_link`), the
+error file and random states.
 """
 
 from __future__ import annotations
