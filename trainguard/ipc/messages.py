@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import types
 import typing
@@ -403,19 +404,28 @@ def decode(line: bytes) -> Message:
     cls = _TYPES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise MessageError(f"unknown message type {name!r}", field="type")
-    hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):
-        if field.name not in body:
-            if field.default is not dataclasses.MISSING or (
-                    field.default_factory is not dataclasses.MISSING):
-                continue  # an optional field, absent: its default
-            raise MessageError(f"{cls.TYPE}: missing field {field.name!r}", field=field.name)
-        values[field.name] = _check(cls.TYPE, field.name, hints[field.name], body.pop(field.name))
+    for name, expected, optional in _schema(cls):
+        if name not in body:
+            if optional:
+                continue  # absent: its default
+            raise MessageError(f"{cls.TYPE}: missing field {name!r}", field=name)
+        values[name] = _check(cls.TYPE, name, expected, body.pop(name))
     if body:
         extra = ", ".join(sorted(body))
         raise MessageError(f"{cls.TYPE}: unknown field(s) {extra}", field=sorted(body)[0])
     return cls(**values)
+
+
+@functools.cache
+def _schema(cls: type[Message]) -> tuple[tuple[str, Any, bool], ...]:
+    """Each field's name, type and whether it has a default: resolving the annotations costs
+    far more than decoding a message, and the agent decodes several per rank and step."""
+    hints = typing.get_type_hints(cls)
+    return tuple((field.name, hints[field.name],
+                  field.default is not dataclasses.MISSING
+                  or field.default_factory is not dataclasses.MISSING)
+                 for field in dataclasses.fields(cls))
 
 
 def _check(message: str, field: str, expected: Any, value: Any) -> Any:
