@@ -137,6 +137,32 @@ def test_a_lost_rank_gets_the_newest_step_from_a_replica(
     assert tree["state"]["model"]["weight"][0].item() == 400.0
 
 
+def test_read_locally_the_rank_reads_its_replicas_snapshot_itself(
+        tmp_path: Path, slots: SnapshotSlots, writer: Writer, make_state: MakeState) -> None:
+    """A generation of new processes on one host: rank 1's stand-in is read from memory by
+    rank 1 itself, so no donor sends anything over a process group."""
+    two_steps_everywhere(slots, writer, make_state)
+    choice, _ = plan(slots, tmp_path / "ckpt", lost={1}, layout=ALL_REPLICAS)
+
+    local = choice.read_locally()
+
+    assert (local.source, local.step, local.peers, local.stand_ins) == (
+        messages.RestoreSource.MEMORY, 4, {}, {1: 0})
+    assert local.paths == choice.paths | {1: slots.path(0, 1)}
+    assert [local.send_to(rank) for rank in range(WORLD)] == [[]] * WORLD
+    assert local.label == "memory and peers"
+    _, tree = snapshot.read_snapshot(local.paths[1])
+    assert tree["state"]["model"]["weight"][0].item() == 400.0
+
+
+def test_read_locally_without_stand_ins_is_the_same_choice(
+        tmp_path: Path, slots: SnapshotSlots, writer: Writer, make_state: MakeState) -> None:
+    two_steps_everywhere(slots, writer, make_state)
+    choice, _ = plan(slots, tmp_path / "ckpt", layout=ALL_REPLICAS)
+    assert choice.read_locally() is choice
+    assert choice.stand_ins == {}
+
+
 def test_the_donor_is_the_lost_ranks_own_replica(
         tmp_path: Path, slots: SnapshotSlots, writer: Writer, make_state: MakeState) -> None:
     two_steps_everywhere(slots, writer, make_state)

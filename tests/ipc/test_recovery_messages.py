@@ -186,13 +186,13 @@ def test_a_bad_injection_kind_lists_the_new_ones() -> None:
         "memory-error, link-error, device-error")
 
 
-def test_a_bad_restore_source_lists_peer() -> None:
+def test_a_bad_restore_source_lists_peer_and_replica() -> None:
     with pytest.raises(messages.MessageError) as caught:
-        messages.decode(_line(**dict(_PLAN, source="replica", peer=None, send_to=[])))
+        messages.decode(_line(**dict(_PLAN, source="neighbour", peer=None, send_to=[])))
 
     assert caught.value.field == "source"
-    assert str(caught.value) == (
-        "restore-plan: field 'source' is 'replica', expected one of memory, peer, disk, none")
+    assert str(caught.value) == ("restore-plan: field 'source' is 'neighbour', expected one of "
+                                 "memory, peer, replica, disk, none")
 
 
 def test_an_extra_field_on_abort_is_named() -> None:

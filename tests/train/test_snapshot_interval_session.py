@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from tests.train.fake_agent import FakeAgent
 from trainguard.faults import replicas
 from trainguard.ipc import messages
 from trainguard.train import agent_memory, replica_shares, session
@@ -43,66 +39,6 @@ def test_a_restore_anchors_the_interval_at_the_restored_step() -> None:
     backend.pace(messages.SnapshotInterval(every=4, from_step=40))
     backend.pace(messages.SnapshotInterval(every=4, from_step=37))  # rolled back to 37
     assert [s for s in range(37, 50) if backend.due(s)] == [37, 41, 45, 49]
-
-
-class FakeAgent:
-    """Grants slots as files, plans fresh starts, sends orders, and collects what arrives."""
-
-    def __init__(self, directory: Path) -> None:
-        self.address = f"@trainguard-test-{uuid.uuid4().hex}"
-        self._directory = directory
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind("\0" + self.address[1:])
-        self._listener.listen(1)
-        self.received: list[messages.Message] = []
-        self.arrived = threading.Condition()
-        self.connection: socket.socket | None = None
-        self._connected = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        self.connection, _ = self._listener.accept()
-        self._connected.set()
-        for line in self.connection.makefile("rb"):
-            message = messages.decode(line)
-            with self.arrived:
-                self.received.append(message)
-                self.arrived.notify_all()
-            if isinstance(message, messages.ReserveSlot):
-                path = self._directory / f"slot-{message.slot}"
-                with path.open("wb") as stream:
-                    stream.truncate(message.nbytes)
-                self.connection.sendall(messages.encode(messages.SlotGranted(
-                    message.request_id, message.slot, str(path), message.nbytes)))
-            elif isinstance(message, messages.RestorePlanRequest):
-                self.connection.sendall(messages.encode(messages.RestorePlan(
-                    message.request_id, messages.RestoreSource.NONE, 0, "", 0, ["", ""], "")))
-
-    def order(self, message: messages.Message) -> None:
-        assert self._connected.wait(10)
-        assert self.connection is not None
-        self.connection.sendall(messages.encode(message))
-
-    def wait_for(self, done: Any) -> list[messages.Message]:
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: done(self.received), 10), self.received
-            return list(self.received)
-
-    def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
-        self._listener.close()
-
-
-@pytest.fixture
-def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAgent]:
-    fake = FakeAgent(tmp_path)
-    monkeypatch.setenv("TRAINGUARD_AGENT_SOCKET", fake.address)
-    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-        monkeypatch.setenv(name, value)
-    yield fake
-    fake.close()
 
 
 def _committed(received: list[messages.Message]) -> list[int]:
@@ -159,3 +95,27 @@ def test_the_dying_checkpoint_is_saved_though_not_due(agent: FakeAgent) -> None:
     with pytest.raises(SystemExit):
         _train(trainer, state, range(10))
     assert _committed(_finished(agent)) == [5, 7], "the agreed stop (after step 6) was not saved"
+
+
+def _declared(received: list[messages.Message]) -> list[bool]:
+    return [m.active for m in received if isinstance(m, messages.Activity)
+            and m.kind is messages.ActivityKind.CHECKPOINT]
+
+
+def test_only_snapshots_that_map_memory_or_run_long_are_declared_busy(
+        agent: FakeAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first snapshot into each slot maps its memory and is declared busy work; a short one
+    after it is not (its time counts in the step), and its commit rides with the next mark."""
+    trainer, state = _start(agent, 1)
+    _train(trainer, state, range(4))
+    received = agent.wait_for(lambda r: len(_committed(r)) >= 3)
+    assert _declared(received) == [True, False, True, False], "slots 0 and 1 once each"
+    commit = next(i for i, m in enumerate(received) if isinstance(m, messages.SnapshotCommitted)
+                  and m.step == 3)
+    after = received[commit + 1]
+    assert isinstance(after, messages.StepMark), "a short snapshot's commit waits for the next mark"
+    assert (after.step, after.phase) == (3, messages.StepPhase.BEGIN)
+    monkeypatch.setattr(agent_memory, "DECLARED_SNAPSHOT_SECONDS", 0.0)  # every one is long
+    _train(trainer, state, range(4, 6))
+    trainer.close()
+    assert _declared(_finished(agent)) == [True, False] * 4

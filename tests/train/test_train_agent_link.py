@@ -143,3 +143,23 @@ def test_the_hello_names_this_process_and_carries_the_secret_from_the_environmen
     assert hello == messages.Hello(2, 1, os.getpid(), 3, "the-secret")
     assert "the-secret" not in repr(hello)
     link.close()
+
+
+def test_a_held_message_leaves_with_the_next_one_in_order(agent: FakeAgent) -> None:
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    held = messages.StepMark(1, messages.StepPhase.END, 1.0)
+    link.send(held, hold=True)
+    with agent.arrived:  # nothing arrives while it is held
+        assert not agent.arrived.wait_for(lambda: agent.received, 0.3)
+    after = messages.StepMark(2, messages.StepPhase.BEGIN, 2.0)
+    link.send(after)
+    assert agent.wait_for(2) == [held, after]
+    link.close()
+
+
+def test_closing_sends_what_is_held(agent: FakeAgent) -> None:
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    held = messages.StepMark(3, messages.StepPhase.END, 3.0)
+    link.send(held, hold=True)
+    link.close()
+    assert agent.wait_for(1) == [held]

@@ -62,3 +62,21 @@ def test_restore_without_numpy_state_leaves_numpy_alone() -> None:
     numpy.random.seed(9)
     rng.restore(states)
     assert numpy.random.rand(2).tolist() == expected
+
+
+def test_states_saved_in_the_older_tuple_form_still_restore() -> None:
+    """Snapshots written before the states were kept compact hold what the generators return."""
+    random.seed(11)
+    numpy.random.seed(12)
+    older = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": numpy.random.get_state()}
+    expected = draw()
+    rng.restore(older)
+    assert draw() == expected
+
+
+def test_states_are_compact_for_the_snapshot_pickler() -> None:
+    """Python's and numpy's generator words are one bytes object each, not 624 objects."""
+    states = rng.capture()
+    assert isinstance(states["python"][1], bytes)
+    assert isinstance(states["numpy"][1], bytes)

@@ -305,3 +305,39 @@ def test_memory_file_slot_round_trip() -> None:
         assert torch.equal(read["w"], tree["w"])
     finally:
         os.close(descriptor)
+
+
+def test_a_slot_rewritten_with_other_shapes_or_a_longer_skeleton_reads_back_right(
+        tmp_path: Path) -> None:
+    """The table and the slot's views of the last layout are reused only while they fit: a
+    tensor that changes shape, or a skeleton that pushes the payload to a later page, lays the
+    snapshot out anew."""
+    layouts = snapshot.Layouts()
+    path = tmp_path / "slot"
+    slot = make_slot(path, 1 << 20)
+    trees = [
+        {"w": torch.arange(6.0).reshape(2, 3), "note": ""},
+        {"w": torch.arange(6.0).reshape(2, 3) + 1, "note": ""},  # same layout, new values
+        {"w": torch.arange(12.0).reshape(3, 4), "note": ""},  # another shape
+        {"w": torch.arange(12.0).reshape(3, 4), "note": "x" * (3 * mmap.PAGESIZE)},
+        {"w": torch.arange(8, dtype=torch.int64), "note": ""},  # another dtype
+    ]
+    try:
+        for step, tree in enumerate(trees, start=1):
+            slot.write(layouts.prepare(tree), step=step, generation=0, rank=0, world_size=1)
+            _, read = snapshot.read_snapshot(str(path))
+            assert_same(read, tree)
+    finally:
+        slot.close()
+
+
+def test_the_table_is_laid_out_once_while_the_tensors_keep_their_layout() -> None:
+    layouts = snapshot.Layouts()
+    first = layouts.prepare({"w": torch.zeros(3), "step": 1})
+    again = layouts.prepare({"w": torch.ones(3), "step": 2})
+    assert again.entries is first.entries
+    moved = layouts.prepare({"w": torch.ones(3), "step": 2}, elsewhere={})
+    assert moved.entries is first.entries
+    other = layouts.prepare({"w": torch.ones(4), "step": 2})
+    assert other.entries is not first.entries
+    assert other.entries[0].shape == (4,)

@@ -67,11 +67,23 @@ class RestoreChoice:
     note: str
     peers: dict[int, int] = dataclasses.field(default_factory=dict)
     """rank -> the data-parallel replica that sends it its state (source PEER for that rank)."""
+    stand_ins: dict[int, int] = dataclasses.field(default_factory=dict)
+    """rank -> the replica whose snapshot it reads from this host's memory itself (source
+    REPLICA for that rank; ``paths`` names that snapshot)."""
 
     @property
     def label(self) -> str:
         """Where the state comes from, for people: ``memory``, ``memory and peers``, ``disk``."""
-        return f"{self.source} and peers" if self.peers else str(self.source)
+        return f"{self.source} and peers" if self.peers or self.stand_ins else str(self.source)
+
+    def read_locally(self) -> RestoreChoice:
+        """This choice with each replica that stands in read by the rank itself from memory,
+        not sent over the process group: for a generation of new processes on this host,
+        which may restore before they form their process group (a plain Session does)."""
+        if not self.peers:
+            return self
+        paths = self.paths | {rank: self.paths[donor] for rank, donor in self.peers.items()}
+        return dataclasses.replace(self, paths=paths, peers={}, stand_ins=dict(self.peers))
 
     def send_to(self, rank: int) -> list[int]:
         return sorted(receiver for receiver, donor in self.peers.items() if donor == rank)

@@ -67,7 +67,9 @@ def redone_steps(committed: Mapping[int, int | None], restore_step: int) -> str:
     snapshot (``committed``); empty when it redoes none.
 
     A rank that fails inside (or just before) its snapshot of step N+1 leaves N+1 complete on
-    its replicas only. Each rank then restores from its own memory, so everyone goes back to N.
+    its replicas only. A replica's whole snapshot stands in for it; when none can (the step
+    was written as shares, whose parts exist once; a rank without replicas), everyone goes back
+    to N.
     """
     held = [step for step in committed.values() if step is not None]
     newest = max(held, default=None)
@@ -79,8 +81,8 @@ def redone_steps(committed: Mapping[int, int | None], restore_step: int) -> str:
     return (f"{count} completed step{'s' if count > 1 else ''} redone: ranks {ahead} hold a "
             f"snapshot of step {newest} but ranks {behind} do not (the fault struck before "
             f"their snapshot of it was complete), and every rank resumes at step {restore_step}, "
-            f"the newest step each holds itself. A replica's snapshot can stand in only for "
-            f"ranks that train under Session.run")
+            f"the newest step each rank can restore: no replica of theirs holds step {newest} "
+            f"whole (it was snapshotted as shares, or they have no replicas)")
 
 
 class NodeAgent:
@@ -161,11 +163,11 @@ class NodeAgent:
         for rank in sorted(move):
             self._launcher.move_to_spare(rank)
         planning = self._clock.monotonic()
-        layout = self._peer_layout()
-        restore = await self._checkpoints.plan_restore(layout=layout)
+        # Every process is new and on this host: a rank whose snapshot of the newest step is
+        # missing reads a replica's from memory, before any process group exists.
+        restore = (await self._checkpoints.plan_restore(layout=self.layout)).read_locally()
         plan_seconds = self._clock.monotonic() - planning
-        if self._generation is not None and layout is None and (
-                restore.source is messages.RestoreSource.MEMORY):
+        if self._generation is not None and restore.source is messages.RestoreSource.MEMORY:
             redone = redone_steps({w.rank: w.committed_step
                                    for w in self._generation.workers.values()}, restore.step)
             if redone:
@@ -200,14 +202,6 @@ class NodeAgent:
             worker = generation.workers[rank]
             if worker.pid is not None:
                 self._detector.start(rank, at=worker.started_at)
-
-    def _peer_layout(self) -> replicas.ReplicaLayout | None:
-        """The replica layout when ranks may take state from peers: the last generation's
-        workers all ran under Session.run, which restores after forming the process group."""
-        generation = self._generation
-        if generation is None or not all(w.in_process for w in generation.workers.values()):
-            return None
-        return self.layout
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
                       to_spares: bool) -> workers.Generation:
@@ -502,13 +496,17 @@ class NodeAgent:
             case messages.RestorePlanRequest(request_id=request_id):
                 choice = generation.restore
                 peer = choice.peers.get(worker.rank)
+                stand_in = choice.stand_ins.get(worker.rank)
+                source = (messages.RestoreSource.PEER if peer is not None else
+                          messages.RestoreSource.REPLICA if stand_in is not None else
+                          choice.source)
                 worker.send(messages.RestorePlan(
-                    request_id=request_id,
-                    source=choice.source if peer is None else messages.RestoreSource.PEER,
+                    request_id=request_id, source=source,
                     step=choice.step, path=choice.paths.get(worker.rank, ""),
                     next_slot=self._checkpoints.next_slot(worker.rank, choice),
                     slot_paths=self._checkpoints.slot_paths(worker.rank), note=choice.note,
-                    peer=peer, send_to=choice.send_to(worker.rank)))
+                    peer=peer if peer is not None else stand_in,
+                    send_to=choice.send_to(worker.rank)))
             case _:
                 self._log.warning("rank %d sent an unexpected %s message", worker.rank,
                                message.TYPE)

@@ -26,6 +26,7 @@ WORKER_VARIABLES = frozenset({
     "TRAINGUARD_TRACEBACKS",  # where the standby process files distinct tracebacks
     "TRAINGUARD_CHECKPOINT_EVERY",  # read by a Session outside `trainguard run`
     "TRAINGUARD_SNAPSHOT_SHARES",  # read by a Session: snapshot replicated state as shares
+    "TRAINGUARD_SNAPSHOT_COPY_BEHIND",  # read by a Session: copy optimizer tensors behind
 })
 """``TRAINGUARD_*`` variables that are not ``run`` options: trainguard sets them for its workers,
 or the training side reads them."""

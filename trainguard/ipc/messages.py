@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import json
 import types
 import typing
@@ -101,6 +100,7 @@ class ActivityKind(enum.StrEnum):
 class RestoreSource(enum.StrEnum):
     MEMORY = "memory"
     PEER = "peer"  # a healthy data-parallel replica sends it over torch.distributed
+    REPLICA = "replica"  # the rank reads a data-parallel replica's snapshot from host memory
     DISK = "disk"
     NONE = "none"
 
@@ -267,7 +267,7 @@ class RestorePlan(Message):
     next_slot: int
     slot_paths: list[str]
     note: str
-    peer: int | None = None  # source PEER: the rank that sends the state
+    peer: int | None = None  # PEER: the rank that sends the state; REPLICA: whose snapshot
     send_to: list[int] = dataclasses.field(default_factory=list)  # ranks this one sends to
 
 
@@ -405,7 +405,7 @@ def decode(line: bytes) -> Message:
     if cls is None:
         raise MessageError(f"unknown message type {name!r}", field="type")
     values: dict[str, Any] = {}
-    for name, expected, optional in _schema(cls):
+    for name, expected, optional in _SCHEMAS[cls]:
         if name not in body:
             if optional:
                 continue  # absent: its default
@@ -417,15 +417,18 @@ def decode(line: bytes) -> Message:
     return cls(**values)
 
 
-@functools.cache
 def _schema(cls: type[Message]) -> tuple[tuple[str, Any, bool], ...]:
-    """Each field's name, type and whether it has a default: resolving the annotations costs
-    far more than decoding a message, and the agent decodes several per rank and step."""
+    """Each field's name, type and whether it has a default."""
     hints = typing.get_type_hints(cls)
     return tuple((field.name, hints[field.name],
                   field.default is not dataclasses.MISSING
                   or field.default_factory is not dataclasses.MISSING)
                  for field in dataclasses.fields(cls))
+
+
+# Resolved once: resolving the annotations costs far more than decoding a message, and the
+# agent decodes several per rank and step.
+_SCHEMAS = {cls: _schema(cls) for cls in _TYPES.values()}
 
 
 def _check(message: str, field: str, expected: Any, value: Any) -> Any:

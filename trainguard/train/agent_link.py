@@ -52,6 +52,7 @@ class AgentLink:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._pending: collections.deque[bytes] = collections.deque()  # under _lock
+        self._held = b""  # under _lock: messages sent with hold=True, not yet written
         self._in_flight = False  # the sender is writing what it took from _pending
         self._closing = False
         self._from_signals: queue.SimpleQueue[bytes] = queue.SimpleQueue()
@@ -71,10 +72,20 @@ class AgentLink:
         self.send(messages.Hello(rank, local_rank, os.getpid(), generation,
                                  os.environ.get(messages.WORKER_SECRET_VARIABLE, "")))
 
-    def send(self, message: messages.Message) -> None:
-        """Send a message without blocking; queue it if it cannot leave at once, in order."""
+    def send(self, message: messages.Message, *, hold: bool = False) -> None:
+        """Send a message without blocking; queue it if it cannot leave at once, in order.
+
+        ``hold``: keep it until the next message (or the close) and send both at once: each
+        send wakes the agent, and on a host with fewer cores than processes that wake-up
+        preempts training, so a message that may wait a moment (a snapshot's commit, before
+        the next step's begin mark) rides with the next one.
+        """
         data = messages.encode(message)
         with self._lock:
+            if hold:
+                self._held += data
+                return
+            data, self._held = self._held + data, b""
             if not self._pending and not self._in_flight:
                 try:
                     data = data[self._socket.send(data, socket.MSG_DONTWAIT):]
@@ -166,6 +177,9 @@ class AgentLink:
     def close(self, *, timeout: float = 5.0) -> None:
         """Send what is queued, then disconnect."""
         with self._lock:
+            if self._held:
+                self._pending.append(self._held)
+                self._held = b""
             self._closing = True
             self._changed.notify_all()
         self._sender.join(timeout)
@@ -180,7 +194,7 @@ class DetachedLink:
 
     closed = False
 
-    def send(self, message: messages.Message) -> None:
+    def send(self, message: messages.Message, *, hold: bool = False) -> None:
         """Dropped: nobody listens."""
 
     def send_from_signal(self, message: messages.Message) -> None:

@@ -11,25 +11,46 @@ state, and a restore assembles the rest from the replica group.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainguard.ipc import messages
-from trainguard.train import agent_link, process_group, replica_shares, snapshot, state_backend
+import torch
 
-__all__ = ["AgentMemoryBackend"]
+from trainguard.ipc import messages
+from trainguard.train import (
+    agent_link,
+    copy_behind,
+    process_group,
+    replica_shares,
+    snapshot,
+    state_backend,
+)
+
+__all__ = ["DECLARED_SNAPSHOT_SECONDS", "AgentMemoryBackend"]
+
+DECLARED_SNAPSHOT_SECONDS = 0.1
+"""A snapshot expected to take at least this long is declared to the agent as busy work (its
+own hang deadline; the others' step deadlines wait for it). A shorter one is not: its time
+simply counts in the step interval, which the step deadline adapts to (2 s at the least), and
+two messages fewer per step matter when a snapshot costs a millisecond."""
 
 
 class AgentMemoryBackend:
     def __init__(self, link: agent_link.AgentLink, *, rank: int, world_size: int,
-                 request_timeout: float, shares: replica_shares.ReplicaShares) -> None:
+                 request_timeout: float, shares: replica_shares.ReplicaShares,
+                 behind: copy_behind.CopyBehind | None = None) -> None:
         """Nothing is reserved yet: the first snapshot of each slot asks the agent for memory.
 
         Args:
             link: the connection to this worker's agent.
             request_timeout: seconds to wait for the agent to answer a restore or a reservation.
             shares: which tensors this rank writes, and how a restore assembles the rest.
+            behind: copies the optimizers' tensors while the next step computes; None: every
+                snapshot is copied before ``save`` returns.
         """
+        self._behind = behind
         self._shares = shares
         self._link = link
         self._rank = rank
@@ -38,6 +59,8 @@ class AgentMemoryBackend:
         self._slot_paths = ["", ""]
         self._mapped: dict[int, snapshot.MappedSlot] = {}
         self._next_slot = 0
+        self._layouts = snapshot.Layouts()
+        self._last_seconds: float | None = None
         # (before, current) rules of messages.SnapshotInterval, each (every, from_step): one
         # tuple, replaced whole, since the reader thread sets it while training reads it.
         self._intervals = ((1, 0), (1, 0))
@@ -55,22 +78,72 @@ class AgentMemoryBackend:
             before = current
         self._intervals = (before, (order.every, order.from_step))
 
-    def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float) -> float:
+    def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float,
+             optimizers: Sequence[torch.optim.Optimizer] = ()) -> float:
         """Copy ``tree`` into the next slot; the agent persists it to disk in the background.
+        With ``optimizers`` (and the copy behind on), their tensors are copied while the next
+        step computes (:mod:`trainguard.train.copy_behind`), and the snapshot is committed then.
 
         Raises:
-            StateError: the agent could not reserve memory for the snapshot.
+            StateError: the agent could not reserve memory for the snapshot, or the copy of
+                the snapshot before it failed.
         """
-        prepared = snapshot.prepare(tree, elsewhere=self._shares.elsewhere(tree))
+        self.flush()
         slot = self._next_slot
+        declared = self.slow_save_expected()  # the session declared it busy work
+        prepared = self._layouts.prepare(tree, elsewhere=self._shares.elsewhere(tree))
         mapped = self._slot(slot, prepared.nbytes)
-        seq = mapped.write(prepared, step=step, generation=generation, rank=self._rank,
-                           world_size=self._world_size)
-        seconds = time.perf_counter() - started
-        self._link.send(messages.SnapshotCommitted(step, slot, seq, prepared.nbytes, seconds,
-                                                   time.monotonic()))
+        later: list[int] = []
+        if optimizers and self._behind is not None:
+            self._behind.guard(optimizers)
+            owned = copy_behind.optimizer_tensors(optimizers)
+            later = [index for index, (tensor, entry) in enumerate(
+                zip(prepared.tensors, prepared.entries, strict=True))
+                if entry.nbytes and tensor.data_ptr() in owned]
+        finish = mapped.begin_write(prepared, step=step, generation=generation, rank=self._rank,
+                                    world_size=self._world_size, later=later)
         self._next_slot = 1 - slot
-        return seconds
+        blocked = time.perf_counter() - started
+        if later and self._behind is not None:
+            self._last_seconds = blocked
+            behind = self._behind
+            self._behind.submit(lambda: self._commit(
+                finish, step, slot, prepared.nbytes, lambda: blocked + behind.blocked_seconds(),
+                hold=True))
+            return blocked
+        self._commit(finish, step, slot, prepared.nbytes, lambda: time.perf_counter() - started,
+                     hold=not declared)
+        self._last_seconds = time.perf_counter() - started
+        return self._last_seconds
+
+    def _commit(self, finish: Callable[[], int], step: int, slot: int, nbytes: int,
+                blocked: Callable[[], float], *, hold: bool) -> None:
+        """Finish the copy, then tell the agent how long training was ``blocked`` by it (read
+        once the copy is done); held for the next step's mark unless the snapshot was declared
+        busy work: the agent reads completeness from the slot headers, and its statistics can
+        wait that long."""
+        seq = finish()
+        self._link.send(messages.SnapshotCommitted(step, slot, seq, nbytes, blocked(),
+                                                   time.monotonic()), hold=hold)
+
+    def flush(self) -> None:
+        """Until the snapshot whose copy runs behind is committed.
+
+        Raises:
+            StateError: that copy failed.
+        """
+        if self._behind is None:
+            return
+        try:
+            self._behind.wait()
+        except Exception as error:  # whatever the copy raised, said once
+            raise state_backend.StateError(f"the snapshot's copy failed: {error}") from error
+
+    def slow_save_expected(self) -> bool:
+        """The first snapshot into a slot maps (and may reserve) its memory; after that, the
+        last snapshot (building the tree included) says how long the next will take."""
+        return (self._last_seconds is None or self._last_seconds >= DECLARED_SNAPSHOT_SECONDS
+                or self._next_slot not in self._mapped)
 
     def _slot(self, slot: int, nbytes: int) -> snapshot.MappedSlot:
         mapped = self._mapped.get(slot)
@@ -98,6 +171,7 @@ class AgentMemoryBackend:
         Raises:
             StateError: no plan, or the planned state cannot be read or received.
         """
+        self.flush()
         self._shares.new_generation()
         request_id = self._link.next_request_id()
         plan = self._link.request(messages.RestorePlanRequest(request_id),
@@ -126,6 +200,10 @@ class AgentMemoryBackend:
         return state_backend.Loaded(str(source), header.step, tree, plan.note)
 
     def close(self) -> None:
+        # No copy may still write into the slots unmapped below; a failed one is the session's
+        # to report (it flushes first), so it is not raised here a second time.
+        with contextlib.suppress(state_backend.StateError):
+            self.flush()
         for mapped in self._mapped.values():
             mapped.close()
         self._mapped.clear()

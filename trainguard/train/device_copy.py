@@ -95,11 +95,15 @@ def copy_to_host(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
     synchronously with ``copy_``.
     """
     grouped: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    targets, sources = [], []
     for target, source in pairs:
         if source.device.type in engines:
             grouped.setdefault(source.device, []).append((target, source))
         else:
-            target.copy_(source)
+            targets.append(target)
+            sources.append(source)
+    if targets:  # one call for all: a copy_ per tensor costs more than a small tensor's bytes
+        torch._foreach_copy_(targets, sources)
     pending = [engines[device.type].start(device, group) for device, group in grouped.items()]
     for copy in pending:
         copy.wait()

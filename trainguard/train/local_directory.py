@@ -23,10 +23,11 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 import torch.distributed as dist
 
 from trainguard import clock as clocks
@@ -114,7 +115,15 @@ class LocalDirectoryBackend:
     def due(self, step: int) -> bool:
         return step % self.settings.every == 0
 
-    def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float) -> float:
+    def flush(self) -> None:
+        """Every save is complete when it returns: a checkpoint on disk is a collective."""
+
+    def slow_save_expected(self) -> bool:
+        """A write to disk always is (without an agent, nobody is told)."""
+        return True
+
+    def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float,
+             optimizers: Sequence[torch.optim.Optimizer] = ()) -> float:
         """Write this rank's shard; rank 0 then completes the checkpoint (a collective call:
         every rank saves the same step).
 

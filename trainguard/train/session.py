@@ -80,6 +80,7 @@ from trainguard.train import (
     state_backend,
     torch_version,
 )
+from trainguard.train import copy_behind as copy_behind_module
 
 __all__ = ["DeviceError", "GenerationAborted", "InjectedFaultError", "RestoreInfo", "Session",
            "SessionError"]
@@ -96,6 +97,16 @@ logger = logging.getLogger(__name__)
 
 class SessionError(RuntimeError):
     """The session cannot do what was asked; the message says what to change."""
+
+
+def _copy_behind(enabled: bool | None) -> copy_behind_module.CopyBehind | None:
+    """Raises: SessionError: ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` is not 0 or 1."""
+    flag = os.environ.get("TRAINGUARD_SNAPSHOT_COPY_BEHIND")
+    if flag is not None:
+        if flag not in ("0", "1"):
+            raise SessionError(f"TRAINGUARD_SNAPSHOT_COPY_BEHIND must be 0 or 1, got {flag!r}")
+        enabled = flag == "1"
+    return copy_behind_module.CopyBehind() if enabled is None or enabled else None
 
 
 class InjectedFaultError(RuntimeError):
@@ -120,7 +131,7 @@ class GenerationAborted(Exception):  # noqa: N818 - a control-flow signal, not a
 
 @dataclasses.dataclass(frozen=True)
 class RestoreInfo:
-    source: str  # "memory", "disk" or "none"
+    source: str  # "memory", "peer", "replica", "disk" or "none" (state_backend.Loaded)
     step: int  # the step training resumes at
     seconds: float
     note: str  # newer checkpoints that were skipped, and why
@@ -133,7 +144,7 @@ class Session:
                  checkpoint_every: int | None = None,
                  checkpoint_dir: str | os.PathLike[str] | None = None,
                  share_replicas: bool | None = None, dp_size: int | None = None,
-                 per_rank: Collection[str] = ()) -> None:
+                 per_rank: Collection[str] = (), copy_behind: bool | None = None) -> None:
         """Connect to this worker's node agent, or, without ``trainguard run``, to a checkpoint
         directory.
 
@@ -160,6 +171,13 @@ class Session:
                 ``world_size / dp_size``.
             per_rank: keys of the saved state that differ per rank (a data loader's position):
                 every rank snapshots them whole. Random generators always are.
+            copy_behind: under ``trainguard run`` only: the optimizers' tensors (parameters,
+                moments) of a snapshot are copied while the next step computes, and each
+                optimizer's next ``step()`` waits for that copy
+                (:mod:`trainguard.train.copy_behind`). Default on;
+                ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` (``1``/``0``) wins when set. Turn it off for a
+                script that changes parameters in place other than through an optimizer between
+                ``checkpoint()`` and the optimizer's next ``step()``.
 
         Raises:
             SessionError: the agent is unreachable; a share setting is malformed; without an
@@ -200,7 +218,8 @@ class Session:
         self._state = agent_memory.AgentMemoryBackend(
             self._link, rank=self.rank, world_size=self.world_size,
             request_timeout=request_timeout,
-            shares=self._shares(share_replicas, dp_size, per_rank))
+            shares=self._shares(share_replicas, dp_size, per_rank),
+            behind=_copy_behind(copy_behind))
         # After the backend: the agent answers the hello with orders (the snapshot interval).
         self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         error_file.install(self._on_uncaught)
@@ -257,7 +276,16 @@ class Session:
                     self._state, agent_memory.AgentMemoryBackend):
                 self._state.pace(order)
 
+    def _flush(self) -> None:
+        """Commit the snapshot copied behind, if any; a failed copy is said, not raised: the
+        process is leaving its generation or ending, and the older snapshot stands."""
+        try:
+            self._state.flush()
+        except state_backend.StateError as error:
+            logger.warning("rank %d: %s", self.rank, error)
+
     def _on_uncaught(self, error: BaseException) -> None:
+        self._flush()
         code = error.code if isinstance(error, DeviceError) else ""
         self._link.send_now(messages.WorkerFailing(f"{type(error).__name__}: {error}",
                                                    time.monotonic(), code))
@@ -301,6 +329,7 @@ class Session:
             return
         self._communicator.cut()
         self._left = True
+        self._flush()  # the snapshot copied behind this step is committed before the plan
         communicator.abandon(*process_group.drop())
         text = code = ""
         if error is not None and not self._aborting.is_set():
@@ -435,7 +464,9 @@ class Session:
         """Save now, due or not (a dying checkpoint, a state a peer sent)."""
         self._skipped_step = None
         started = time.perf_counter()
-        self._activity(messages.ActivityKind.CHECKPOINT, True)
+        declared = self._state.slow_save_expected()
+        if declared:
+            self._activity(messages.ActivityKind.CHECKPOINT, True)
         tree = {
             "step": step,
             "state": {key: value.state_dict() if hasattr(value, "state_dict") else value
@@ -443,11 +474,13 @@ class Session:
             "rng": rng.capture(),
         }
         try:
-            seconds = self._state.save(tree, step=step, generation=self.generation,
-                                       started=started)
+            seconds = self._state.save(
+                tree, step=step, generation=self.generation, started=started,
+                optimizers=[v for v in state.values() if isinstance(v, torch.optim.Optimizer)])
         except state_backend.StateError as error:
             raise SessionError(str(error)) from error
-        self._activity(messages.ActivityKind.CHECKPOINT, False)
+        if declared:
+            self._activity(messages.ActivityKind.CHECKPOINT, False)
         self._tracked = state
         self._saved_step = step
         self.last_snapshot_seconds = seconds
@@ -480,8 +513,8 @@ class Session:
                 rng.restore(loaded.tree["rng"])
             step = loaded.step
             self._saved_step = step
-            if loaded.source == messages.RestoreSource.PEER:
-                # State from a peer is in no memory slot of this rank: snapshot it now, or
+            if loaded.source in (messages.RestoreSource.PEER, messages.RestoreSource.REPLICA):
+                # State from a replica is in no memory slot of this rank: snapshot it now, or
                 # the step is complete nowhere until this rank's next snapshot (never, when
                 # it was the last step) and a second fault would lose it.
                 self._save(state, step=step)
@@ -523,6 +556,7 @@ class Session:
         """
         if self._closed:
             return
+        self._flush()
         if self._agent and self._tracked is not None and self._skipped_step is not None:
             try:  # the final state: no step followed the checkpoint that was not due
                 self._save(self._tracked, step=self._skipped_step)

@@ -98,21 +98,50 @@ class Prepared:
 def prepare(tree: Any, *, elsewhere: Mapping[int, int] | None = None) -> Prepared:
     """Lay ``tree`` out; ``elsewhere`` maps the ``id()`` of a tensor of the tree to the rank
     whose snapshot holds it instead (its share of replicated state): it gets no bytes here."""
-    sources: list[int] = []
-    skeleton, tensors = flatten(tree, sources=sources)
+    return Layouts().prepare(tree, elsewhere=elsewhere)
+
+
+class Layouts:
+    """Prepares trees, reusing the last tensor table while the tensors keep their dtypes,
+    shapes, devices and holders: a training loop snapshots the same tensors every step, and
+    building the table is a good part of what a small snapshot costs."""
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] | None = None
+        self._entries: list[snapshot_layout.TensorEntry] = []
+        self._table = b""
+        self._payload_len = 0
+
+    def prepare(self, tree: Any, *, elsewhere: Mapping[int, int] | None = None) -> Prepared:
+        """See :func:`prepare`."""
+        sources: list[int] = []
+        skeleton, tensors = flatten(tree, sources=sources)
+        holders: list[int | None] = ([None] * len(tensors) if not elsewhere
+                                     else [elsewhere.get(s) for s in sources])
+        key = tuple(zip((t.dtype for t in tensors), (t.shape for t in tensors),
+                        (t.device for t in tensors), holders, strict=True))
+        if key != self._key:
+            self._entries, self._payload_len = _lay_out(tensors, holders)
+            self._table = snapshot_layout.encode_table(self._entries)
+            self._key = key
+        head = snapshot_layout.HEADER_SIZE + len(self._table) + len(skeleton)
+        payload_offset = -(-head // mmap.PAGESIZE) * mmap.PAGESIZE
+        return Prepared(skeleton, tensors, self._entries, self._table, payload_offset,
+                        self._payload_len)
+
+
+def _lay_out(tensors: list[torch.Tensor], holders: list[int | None]
+             ) -> tuple[list[snapshot_layout.TensorEntry], int]:
+    """Each tensor's table entry, and the payload's length."""
     entries = []
     offset = 0
-    for tensor, source in zip(tensors, sources, strict=True):
-        holder = (elsewhere or {}).get(source)
+    for tensor, holder in zip(tensors, holders, strict=True):
         nbytes = tensor.numel() * tensor.element_size() if holder is None else 0
         entries.append(snapshot_layout.TensorEntry(
             _dtype_name(tensor.dtype), tuple(tensor.shape), offset, nbytes,
             device=str(tensor.device), holder=holder))
         offset = snapshot_layout.align(offset + nbytes)
-    table = snapshot_layout.encode_table(entries)
-    head = snapshot_layout.HEADER_SIZE + len(table) + len(skeleton)
-    payload_offset = -(-head // mmap.PAGESIZE) * mmap.PAGESIZE
-    return Prepared(skeleton, tensors, entries, table, payload_offset, offset)
+    return entries, offset
 
 
 class MappedSlot:
@@ -143,13 +172,31 @@ class MappedSlot:
             engines if engines is not None else {"cuda": device_copy.CudaCopies()})
         self._registration = (device_copy.HostRegistration(self.bytes, name=path)
                               if register_with_cuda else None)
+        self._views: tuple[tuple[int, list[snapshot_layout.TensorEntry]],
+                           list[torch.Tensor | None]] | None = None
 
     @property
     def page_locked(self) -> bool:
         """Whether CUDA copies land in this slot asynchronously (its pages are registered)."""
         return self._registration is not None and self._registration.registered
 
+    def _targets(self, snapshot: Prepared) -> list[torch.Tensor | None]:
+        """Where each tensor's bytes go in this slot (None: held elsewhere); the views of the
+        last layout are kept, since each costs more than copying a small tensor."""
+        key = (snapshot.payload_offset, snapshot.entries)
+        if self._views is not None and self._views[0][0] == key[0] and (
+                self._views[0][1] is key[1]):
+            return self._views[1]
+        targets: list[torch.Tensor | None] = []
+        for tensor, entry in zip(snapshot.tensors, snapshot.entries, strict=True):
+            start = snapshot.payload_offset + entry.offset
+            targets.append(self.bytes[start : start + entry.nbytes].view(tensor.dtype).view(
+                tensor.shape) if entry.nbytes else None)
+        self._views = (key, targets)
+        return targets
+
     def close(self) -> None:
+        self._views = None
         if self._registration is not None:
             self._registration.release()
         del self.bytes
@@ -158,6 +205,18 @@ class MappedSlot:
     def write(self, snapshot: Prepared, *, step: int, generation: int, rank: int,
               world_size: int) -> int:
         """Copy ``snapshot`` in under the sequence lock; returns the committed seq.
+
+        Raises:
+            SnapshotError: it does not fit the slot.
+        """
+        return self.begin_write(snapshot, step=step, generation=generation, rank=rank,
+                                world_size=world_size)()
+
+    def begin_write(self, snapshot: Prepared, *, step: int, generation: int, rank: int,
+                    world_size: int, later: Collection[int] = ()) -> Callable[[], int]:
+        """Open the sequence lock and copy every tensor but those numbered in ``later``;
+        returns the call that copies those and commits (its result: the committed seq). Until
+        it returns, the slot holds no snapshot, and the ``later`` tensors must not change.
 
         Raises:
             SnapshotError: it does not fit the slot.
@@ -171,26 +230,31 @@ class MappedSlot:
         self.memory[snapshot.table_offset : snapshot.skeleton_offset] = snapshot.table
         end = snapshot.skeleton_offset + len(snapshot.skeleton)
         self.memory[snapshot.skeleton_offset : end] = snapshot.skeleton
-        pairs = []
-        for tensor, entry in zip(snapshot.tensors, snapshot.entries, strict=True):
-            if entry.nbytes:
-                start = snapshot.payload_offset + entry.offset
-                target = self.bytes[start : start + entry.nbytes].view(tensor.dtype)
-                pairs.append((target.view(tensor.shape), tensor))
-        if self._registration is not None and any(t.is_cuda for _, t in pairs):
+        now: list[tuple[torch.Tensor, torch.Tensor]] = []
+        then: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for index, (target, tensor) in enumerate(zip(self._targets(snapshot), snapshot.tensors,
+                                                     strict=True)):
+            if target is not None:
+                (then if index in later else now).append((target, tensor))
+        if self._registration is not None and any(t.is_cuda for _, t in now + then):
             self._registration.ensure()
-        # Returns once every byte is in the slot: only then is the snapshot committed below.
-        device_copy.copy_to_host(pairs, engines=self._engines)
-        header = snapshot_layout.SnapshotHeader(
-            seq=writing, step=step, generation=generation, rank=rank, world_size=world_size,
-            table_offset=snapshot.table_offset, table_len=len(snapshot.table),
-            skeleton_offset=snapshot.skeleton_offset, skeleton_len=len(snapshot.skeleton),
-            payload_offset=snapshot.payload_offset, payload_len=snapshot.payload_len,
-            created_unix_ns=time.time_ns())
-        packed = header.pack()
-        self.memory[: len(packed)] = packed
-        snapshot_layout.write_seq(self.memory, writing + 1)
-        return writing + 1
+        device_copy.copy_to_host(now, engines=self._engines)
+
+        def finish() -> int:
+            # Returns once every byte is in the slot: only then is the snapshot committed.
+            device_copy.copy_to_host(then, engines=self._engines)
+            header = snapshot_layout.SnapshotHeader(
+                seq=writing, step=step, generation=generation, rank=rank,
+                world_size=world_size, table_offset=snapshot.table_offset,
+                table_len=len(snapshot.table), skeleton_offset=snapshot.skeleton_offset,
+                skeleton_len=len(snapshot.skeleton), payload_offset=snapshot.payload_offset,
+                payload_len=snapshot.payload_len, created_unix_ns=time.time_ns())
+            packed = header.pack()
+            self.memory[: len(packed)] = packed
+            snapshot_layout.write_seq(self.memory, writing + 1)
+            return writing + 1
+
+        return finish
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,10 @@ finds trees.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Protocol
+
+import torch
 
 __all__ = ["Loaded", "StateBackend", "StateError"]
 
@@ -24,7 +27,8 @@ class Loaded:
     """What a restore found."""
 
     source: str
-    """Where it came from: ``memory``, ``peer``, ``disk``, or ``none`` on a fresh start."""
+    """Where it came from: ``memory``, ``peer`` (sent by a replica), ``replica`` (a replica's
+    snapshot, read from memory), ``disk``, or ``none`` on a fresh start."""
     step: int
     """The step training resumes at (0 when nothing was found)."""
     tree: Any
@@ -37,13 +41,26 @@ class StateBackend(Protocol):
     def due(self, step: int) -> bool:
         """Whether ``Session.checkpoint(..., step=step)`` saves (else it returns at once)."""
 
-    def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float) -> float:
+    def slow_save_expected(self) -> bool:
+        """Whether the next save may be long enough to declare to the agent as busy work
+        (:data:`trainguard.train.agent_memory.DECLARED_SNAPSHOT_SECONDS`)."""
+
+    def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float,
+             optimizers: Sequence[torch.optim.Optimizer] = ()) -> float:
         """Store ``tree``, saved to resume at ``step``; ``started`` is the
-        ``time.perf_counter()`` at which the checkpoint began. Returns the seconds training was
-        blocked.
+        ``time.perf_counter()`` at which the checkpoint began; ``optimizers``: those of the
+        saved state, whose tensors may be copied while training goes on (their next
+        ``step()`` waits for it). Returns the seconds training was blocked.
 
         Raises:
             StateError: there is no room for the state, or the ranks cannot agree on where it goes.
+        """
+
+    def flush(self) -> None:
+        """Until every save so far is complete (one may finish in the background).
+
+        Raises:
+            StateError: a save that finished in the background failed.
         """
 
     def load(self) -> Loaded:

@@ -1,0 +1,64 @@
+"""An agent for sessions under test: grants slots as files, plans fresh starts, sends orders,
+and collects what arrives."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from trainguard.ipc import messages
+
+__all__ = ["FakeAgent"]
+
+
+class FakeAgent:
+    """Grants slots as files, plans fresh starts, sends orders, and collects what arrives."""
+
+    def __init__(self, directory: Path) -> None:
+        self.address = f"@trainguard-test-{uuid.uuid4().hex}"
+        self._directory = directory
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind("\0" + self.address[1:])
+        self._listener.listen(1)
+        self.received: list[messages.Message] = []
+        self.arrived = threading.Condition()
+        self.connection: socket.socket | None = None
+        self._connected = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.connection, _ = self._listener.accept()
+        self._connected.set()
+        for line in self.connection.makefile("rb"):
+            message = messages.decode(line)
+            with self.arrived:
+                self.received.append(message)
+                self.arrived.notify_all()
+            if isinstance(message, messages.ReserveSlot):
+                path = self._directory / f"slot-{message.slot}"
+                with path.open("wb") as stream:
+                    stream.truncate(message.nbytes)
+                self.connection.sendall(messages.encode(messages.SlotGranted(
+                    message.request_id, message.slot, str(path), message.nbytes)))
+            elif isinstance(message, messages.RestorePlanRequest):
+                self.connection.sendall(messages.encode(messages.RestorePlan(
+                    message.request_id, messages.RestoreSource.NONE, 0, "", 0, ["", ""], "")))
+
+    def order(self, message: messages.Message) -> None:
+        assert self._connected.wait(10)
+        assert self.connection is not None
+        self.connection.sendall(messages.encode(message))
+
+    def wait_for(self, done: Any) -> list[messages.Message]:
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: done(self.received), 10), self.received
+            return list(self.received)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self._listener.close()
