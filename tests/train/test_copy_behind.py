@@ -189,7 +189,11 @@ def test_a_job_waits_for_the_one_before_it() -> None:
         order.append("first")
 
     behind.submit(first)
-    waiter = threading.Thread(target=lambda: (behind.wait(), order.append("waited")))
+    def wait() -> None:
+        behind.wait()
+        order.append("waited")
+
+    waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.1)
     assert order == []
