@@ -14,14 +14,16 @@ import torch
 
 from tests.train.fake_agent import FakeAgent
 from trainguard.ipc import messages
-from trainguard.train import copy_behind, device_copy, session, snapshot
+from trainguard.train import agent_memory, copy_behind, device_copy, session, snapshot
 
 _COPY_THREAD = "trainguard-snapshot-copy"
 
 
 def _slow_background_copies(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[int]:
     """Copies made on the copy thread start ``seconds`` late; returns how many bytes each
-    background copy moved, so a test can tell that one happened."""
+    background copy moved, so a test can tell that one happened. The test's small model is
+    copied behind whatever its size."""
+    monkeypatch.setattr(agent_memory, "COPY_BEHIND_BYTES", 0)
     moved: list[int] = []
     original = device_copy.copy_to_host
 
@@ -138,6 +140,18 @@ def test_without_the_copy_behind_every_copy_is_made_before_checkpoint_returns(
     assert moved == []
 
 
+def test_a_state_below_the_threshold_is_copied_at_once(
+        agent: FakeAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    moved = _slow_background_copies(monkeypatch, 0.0)
+    monkeypatch.setattr(agent_memory, "COPY_BEHIND_BYTES", 10**9)
+    *_, state = _job()
+    trainer = _start(agent)
+    trainer.restore(state)
+    _train(trainer, state, range(3))
+    trainer.close()
+    assert moved == []
+
+
 def test_a_malformed_setting_names_the_variable(agent: FakeAgent,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINGUARD_SNAPSHOT_COPY_BEHIND", "yes")
@@ -156,6 +170,7 @@ def test_a_failed_background_copy_is_raised_at_the_next_snapshot(
         original(pairs, **kwargs)
 
     monkeypatch.setattr(device_copy, "copy_to_host", failing)
+    monkeypatch.setattr(agent_memory, "COPY_BEHIND_BYTES", 0)
     model, optimizer, state = _job()
     trainer = _start(agent)
     trainer.restore(state)
