@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from trainguard import testing
 
 RESULTS = Path(__file__).parent / "results"
@@ -75,7 +77,21 @@ class ProcessGroup:
             list(command), stdout=self._output, stderr=subprocess.STDOUT, cwd=cwd,
             env={**os.environ, **(env or {})}, start_new_session=True)
 
-    def stop(self) -> None:
+    def stop(self, *, grace: float = 0.0) -> None:
+        """Kill everything; with ``grace``, first SIGTERM the command's group and give it that
+        many seconds to stop by itself (a launcher passes it on to its workers)."""
+        if grace > 0:
+            try:  # noted first: once the launcher is gone its workers are no one's children
+                descendants = psutil.Process(self.process.pid).children(recursive=True)
+            except psutil.Error:
+                descendants = []
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(grace)
+            for process in descendants:  # those that outlived their launcher
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
         testing.end_process_tree(self.process.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(30)
@@ -98,6 +114,14 @@ def machine() -> dict[str, Any]:
             "cpus": os.cpu_count(), "argv": sys.argv}
 
 
+def header(name: str, argv: Sequence[str]) -> dict[str, Any]:
+    """What a result starts with: the benchmark, when, and the machine with the command line as
+    ``python -m benchmarks.<module>`` runs it (``argv``: its arguments)."""
+    return {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": {**machine(), "argv": [f"benchmarks/{name.replace('-', '_')}.py",
+                                              *argv]}}
+
+
 def write_result(name: str, body: dict[str, Any]) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
@@ -117,6 +141,10 @@ def add_step_job_arguments(parser: argparse.ArgumentParser, *, name: str, steps:
                         help="the share of each rank's first steps left out")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds one job may take")
+    add_output_argument(parser, name=name)
+
+
+def add_output_argument(parser: argparse.ArgumentParser, *, name: str) -> None:
     parser.add_argument("--output", nargs="?", type=Path, const=RESULTS / f"{name}.json",
                         default=None, help="also write the JSON here (default when given "
                         f"without a path: benchmarks/results/{name}.json)")
@@ -132,10 +160,15 @@ def run_step_job_benchmark(name: str, parser: argparse.ArgumentParser,
             or not 0 <= args.warmup < 1:
         raise SystemExit("--nproc-per-node, --rounds >= 1, --steps >= 2, 0 <= --warmup < 1")
     exit_cleanly_on_sigterm()
-    text = json.dumps(run(args, arguments), indent=1)
-    print(text)
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
-        print(f"[{name}] written to {args.output}", file=sys.stderr)
+    publish(name, run(args, arguments), args.output)
     return 0
+
+
+def publish(name: str, result: dict[str, Any], output: Path | None) -> None:
+    """Print the result as one JSON object, and write it to ``output`` when given."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")
+        print(f"[{name}] written to {output}", file=sys.stderr)

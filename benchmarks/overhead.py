@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -135,8 +134,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
             entry["why"] = "this trainguard has no --metrics-port"
         results.append(entry)
     return {
-        "benchmark": NAME, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {**common.machine(), "argv": [f"benchmarks/{NAME}.py", *argv]},
+        **common.header(NAME, argv),
         "setup": f"{args.nproc_per_node}-rank DDP MLP (3 x {args.width}x{args.width} Linear, "
                  f"Adam, batch {args.batch}) on CPU with gloo, {args.steps} steps, "
                  f"{args.rounds} round(s); no snapshots; step times written by each rank, "

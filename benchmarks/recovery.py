@@ -38,6 +38,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,24 +46,46 @@ from benchmarks import common
 from trainguard import testing
 
 _TORCH_LOG = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*(failed|exitcode|Sending process)")
+RANKS = 4  # the job's ranks, under every tool
 
 
-def _command(tool: str, workdir: Path, steps: int,
-             job_flags: list[str]) -> tuple[list[str], dict[str, str]]:
-    job = [str(common.JOBS / "recovery_job.py"), "--steps", str(steps), *job_flags]
+def command(tool: str, workdir: Path, *, job_flags: Sequence[str], max_restarts: int,
+            trainguard_flags: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """The command line and added environment that run jobs/recovery_job.py on ``RANKS`` under
+    ``tool`` (a tool of this module), with its timeline in ``workdir``.
+
+    Args:
+        tool: ``torchrun`` or one of the trainguard tools.
+        workdir: the job's directory: timeline, run root or logs, torchrun's checkpoint.
+        job_flags: the job's own arguments (``--steps``, ``--width``, ...).
+        max_restarts: the launcher's ``--max-restarts``.
+        trainguard_flags: options given to ``trainguard run`` only.
+    """
+    job = [str(common.JOBS / "recovery_job.py"), *job_flags]
     env = {"BENCH_TIMELINE_DIR": str(workdir)}
     if tool.startswith("trainguard"):
         in_process = ["--in-process"] if tool != "trainguard" else []
-        return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node", "4",
-                "--max-restarts", "3", "-r", "3", "--run-root", str(workdir / "runs"),
-                "--rdzv-id", "bench", "--persist-interval", "1000", *job, *in_process], env
+        return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node", str(RANKS),
+                "--max-restarts", str(max_restarts), "-r", "3", "--run-root",
+                str(workdir / "runs"), "--rdzv-id", "bench", *trainguard_flags, *job,
+                *in_process], env
     env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     # --standalone: with the static rendezvous, restarted workers read stale addresses even
     # with the variable above and gloo fails to connect (seen here, 4 of 4 restarts).
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            "4", "--max-restarts", "3", "-r", "3",
+            str(RANKS), "--max-restarts", str(max_restarts), "-r", "3",
             "--log-dir", str(workdir / "logs"), *job, "--checkpoint",
             str(workdir / "checkpoint.pt")], env
+
+
+def every_rank_stepping(marks: Sequence[dict[str, Any]], *, after_attempt: int) -> float | None:
+    """The monotonic time by which every rank had begun a step in an attempt after
+    ``after_attempt``, from timeline marks in time order; None while one has not."""
+    firsts: dict[int, float] = {}
+    for mark in marks:
+        if mark["event"] == "begin" and mark["attempt"] > after_attempt:
+            firsts.setdefault(mark["rank"], mark["mono"])
+    return max(firsts.values()) if len(firsts) == RANKS else None
 
 
 def _detected_trainguard(workdir: Path) -> tuple[float, float | None] | None:
@@ -90,16 +113,17 @@ def _detected_torchrun(log: Path, after_wall: float) -> float | None:
 
 def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"{tool}-", dir=root))
-    victim, at_step = rng.randrange(4), rng.randrange(40, 120)
+    victim, at_step = rng.randrange(RANKS), rng.randrange(40, 120)
     moment, delay = "crash", 0.0
     if fault == "hang":  # more draws only here: crash trials keep their positions (DLRover's)
         moment = rng.choice(("step", "snapshot")) if tool.startswith("trainguard") else "step"
         delay = rng.uniform(0.0, 0.1)  # a random point of the step (or the snapshot after it)
     in_snapshot = moment == "snapshot"
-    command, env = _command(tool, workdir, steps,
-                            ["--stop-in-snapshot", f"{victim}:{at_step}"] if in_snapshot else [])
+    stop = ["--stop-in-snapshot", f"{victim}:{at_step}"] if in_snapshot else []
+    launch, env = command(tool, workdir, job_flags=["--steps", str(steps), *stop],
+                          max_restarts=3, trainguard_flags=["--persist-interval", "1000"])
     timeline = common.TimelineReader(workdir)
-    with common.ProcessGroup(command, log=workdir / "launcher.log", env=env) as group:
+    with common.ProcessGroup(launch, log=workdir / "launcher.log", env=env) as group:
         event = "stopping" if in_snapshot else "begin"
         mark = common.wait_until(
             f"rank {victim} at step {at_step}",
@@ -118,16 +142,10 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
             os.kill(mark["pid"], signal.SIGKILL if fault == "crash" else signal.SIGSTOP)
         attempt = mark["attempt"]
 
-        def recovered() -> float | None:
-            later = [m for m in timeline.read()
-                     if m["event"] == "begin" and m["attempt"] > attempt]
-            firsts: dict[int, float] = {}
-            for item in later:
-                firsts.setdefault(item["rank"], item["mono"])
-            return max(firsts.values()) if len(firsts) == 4 else None
-
-        back = common.wait_until("every rank stepping again", recovered, timeout=600,
-                                 process=group.process)
+        back = common.wait_until(
+            "every rank stepping again",
+            lambda: every_rank_stepping(timeline.read(), after_attempt=attempt), timeout=600,
+            process=group.process)
         marks = timeline.read()
         done = [m["step"] for m in marks if m["event"] == "end" and m["attempt"] <= attempt]
         steps = [m["mono"] for m in marks if m["event"] == "begin" and m["attempt"] <= attempt

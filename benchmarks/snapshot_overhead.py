@@ -131,9 +131,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="trainguard-snapshot-overhead-") as root:
         sizes = [_measure(size, args, Path(root)) for size in chosen]
     return {
-        "benchmark": NAME, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {**common.machine(), "argv": [f"benchmarks/{NAME.replace('-', '_')}.py",
-                                                 *argv]},
+        **common.header(NAME, argv),
         "setup": f"{args.nproc_per_node}-rank DDP MLP (3 Linear layers, Adam) on CPU with gloo "
                  f"under `trainguard run` and Session.step, {args.steps} steps, {args.rounds} "
                  f"round(s); the snapshot (Session.checkpoint after each step) is inside the "

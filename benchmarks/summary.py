@@ -91,6 +91,38 @@ def _recovery(lines: list[str]) -> None:
         ]
 
 
+def _kill_goodput(lines: list[str]) -> None:
+    result = _load("kill-goodput")
+    if result is None:
+        return
+    lines += [
+        f"## Useful steps per second with a kill -9 every {result['kill_every_seconds']:g} s, "
+        f"{result['when']}", "", f"`{_command(result)}`", "", result["setup"] + ".", "",
+        "| launcher | useful steps/s | useful steps | seconds | kills | steps executed | steps "
+        "redone | kill -> every rank stepping again (median) | median step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for tool, values in result["tools"].items():
+        left_out = len(result["kill_plan"]) - values["kills"]
+        step = values["median_step_seconds"]
+        lines.append(
+            f"| {tool} | {values['useful_steps_per_second']:.2f} | {values['useful_steps']}"
+            + (" (at least: recovering at the end)" if values["recovering_at_end"] else "")
+            + f" | {values['seconds']:.0f} | {values['kills']}"
+            + (f" ({left_out} left out)" if left_out else "")
+            + f" | {values['steps_executed']} | {values['steps_redone']} | "
+            f"{_seconds(values['median_recover_seconds'])} | "
+            + ("-" if step is None else f"{step * 1000:.0f} ms") + " |")
+    ratio = result["ratio"]
+    lines += [
+        "",
+        f"- trainguard ahead of torchrun (useful steps per second above "
+        f"{result['target']:g}x of it): {_verdict(result['met'])}"
+        + ("" if ratio is None else f" ({ratio:.3f}x)"),
+        "",
+    ]
+
+
 def _strategies(lines: list[str], medians: dict[str, Any], peers: dict[str, Any]) -> None:
     """Issue 3's targets for the process-level strategies."""
     best = min((values["recover_seconds"] for tool, values in peers.items()
@@ -255,6 +287,7 @@ def main() -> None:
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
              "section names the command that produced it. Machine: 2 cores, no GPU.", ""]
     _recovery(lines)
+    _kill_goodput(lines)
     _stall(lines)
     _fault_engine(lines)
     _overhead(lines)
