@@ -148,9 +148,9 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
             process=group.process)
         marks = timeline.read()
         done = [m["step"] for m in marks if m["event"] == "end" and m["attempt"] <= attempt]
-        steps = [m["mono"] for m in marks if m["event"] == "begin" and m["attempt"] <= attempt
-                 and m["rank"] == 0]
-        step_seconds = (steps[-1] - steps[-21]) / 20 if len(steps) > 21 else None
+        begins = [m["mono"] for m in marks if m["event"] == "begin" and m["attempt"] <= attempt
+                  and m["rank"] == 0]
+        step_seconds = (begins[-1] - begins[-21]) / 20 if len(begins) > 21 else None
         resumed = min(m["step"] for m in marks if m["event"] == "begin"
                       and m["attempt"] > attempt)
         grouped = [m["seconds"] for m in marks if m["event"] == "grouped"

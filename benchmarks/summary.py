@@ -260,18 +260,18 @@ def _snapshot_overhead(lines: list[str]) -> None:
     result = _load("snapshot-overhead")
     if result is None:
         return
+    variants = [name for name in result["sizes"][0]["overhead"]]
     lines += [
         f"## Step-time cost of a snapshot every step, {result['when']}", "",
         f"`{_command(result)}`", "", result["setup"] + ".", "",
-        "| state per rank | no snapshots | whole, every step | shares, every step | floor "
+        f"| state per rank | no snapshots | {' | '.join(variants)} | floor "
         "(one replica's copy) | every rank copying its whole state |",
-        "|---|---|---|---|---|---|",
+        "|---" * (len(variants) + 4) + "|",
     ]
     verdicts = []
     for size in result["sizes"]:
         medians, overheads = size["median_step_seconds"], size["overhead"]
-        cells = [f"{medians[name] * 1000:.1f} ms ({overheads[name]:+.1%})"
-                 for name in ("whole, every step", "shares, every step")]
+        cells = [f"{medians[name] * 1000:.1f} ms ({overheads[name]:+.1%})" for name in variants]
         lines.append(f"| {size['name']} ({size['state_bytes_per_rank'] / 1e6:.1f} MB) | "
                      f"{medians['no snapshots'] * 1000:.1f} ms | {' | '.join(cells)} | "
                      f"{size['floor_copy_seconds'] * 1000:.1f} ms ({size['floor_overhead']:+.1%}) "
