@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from trainguard.ipc import messages
 
@@ -53,9 +53,12 @@ class FakeAgent:
         assert self.connection is not None
         self.connection.sendall(messages.encode(message))
 
-    def wait_for(self, done: Any) -> list[messages.Message]:
+    def wait_for(self, done: int | Callable[[list[messages.Message]], object]
+                 ) -> list[messages.Message]:
+        """Until ``done`` (a count of messages, or a test of them) holds; what arrived."""
+        test = done if callable(done) else lambda received: len(received) >= done
         with self.arrived:
-            assert self.arrived.wait_for(lambda: done(self.received), 10), self.received
+            assert self.arrived.wait_for(lambda: test(self.received), 10), self.received
             return list(self.received)
 
     def close(self) -> None:

@@ -4,59 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
+from tests.train.fake_agent import FakeAgent
 from trainguard.ipc import messages
 from trainguard.train import agent_link
-
-
-class FakeAgent:
-    """Accepts one connection and collects what arrives; can answer requests."""
-
-    def __init__(self) -> None:
-        self.address = f"@trainguard-test-{uuid.uuid4().hex}"
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind("\0" + self.address[1:])
-        self._listener.listen(1)
-        self.received: list[messages.Message] = []
-        self.arrived = threading.Condition()
-        self.connection: socket.socket | None = None
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        self.connection, _ = self._listener.accept()
-        for line in self.connection.makefile("rb"):
-            message = messages.decode(line)
-            with self.arrived:
-                self.received.append(message)
-                self.arrived.notify_all()
-            if isinstance(message, messages.RestorePlanRequest):
-                self.connection.sendall(messages.encode(messages.RestorePlan(
-                    message.request_id, messages.RestoreSource.NONE, 0, "", 0, ["", ""], "")))
-
-    def wait_for(self, count: int) -> list[messages.Message]:
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: len(self.received) >= count, 10), \
-                f"only {len(self.received)} of {count} messages arrived"
-            return list(self.received)
-
-    def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
-        self._listener.close()
-
-
-@pytest.fixture
-def agent() -> Iterator[FakeAgent]:
-    fake = FakeAgent()
-    yield fake
-    fake.close()
 
 
 def test_messages_arrive_in_the_order_they_were_sent(agent: FakeAgent) -> None:
@@ -113,8 +68,9 @@ def test_orders_reach_the_session(agent: FakeAgent) -> None:
 
 def test_a_request_without_answer_times_out(agent: FakeAgent) -> None:
     link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
-    with pytest.raises(agent_link.AgentLinkError, match="did not answer reserve-slot within"):
-        link.request(messages.ReserveSlot(5, 0, 10), request_id=5, timeout=0.2)
+    with pytest.raises(agent_link.AgentLinkError, match="did not answer inject-request within"):
+        link.request(messages.InjectRequest(5, 0, messages.InjectionKind.CRASH, None),
+                     request_id=5, timeout=0.2)
     link.close()
 
 
