@@ -1,10 +1,11 @@
 """Checkpoint stall: how long training is blocked to save its state, and to restore it.
 
 For each model size (parameters with Adam state, one rank on CPU) under ``trainguard run``:
-trainguard's snapshot into the agent's shared memory; a raw copy of the same bytes into memory
-reserved beforehand (the physical bound); torch.save to disk; torch.load; trainguard's restore
-from memory (after a crash) and from disk (a new run, page cache dropped when allowed). A
-restore has two parts: the agent choosing and verifying the state before the workers start
+trainguard's snapshot into the agent's shared memory, copied at once (the optimizer's tensors
+not left to the copy behind, which would hide the copy from this job); a raw copy of the same
+bytes into memory reserved beforehand (the physical bound); torch.save to disk; torch.load;
+trainguard's restore from memory (after a crash) and from disk (a new run, page cache dropped
+when allowed). A restore has two parts: the agent choosing and verifying the state before the workers start
 (plan_*_seconds; for disk it reads and checksums every shard) and the worker loading it.
 
     python -m benchmarks.checkpoint_stall --sizes 100,500
@@ -32,7 +33,10 @@ def _run(workdir: Path, size: int, repeats: int, out: Path, *, log: str) -> int:
                "--persist-interval", "1000000000", "--heartbeat-busy-timeout", "3600",
                str(common.JOBS / "stall_job.py"), "--params-millions", str(size),
                "--repeats", str(repeats), "--scratch", str(workdir), "--out", str(out)]
-    with common.ProcessGroup(command, log=workdir / log) as group:
+    # The whole copy, as the stall of a snapshot every step would be without the copy behind
+    # (train/copy_behind.py): with it, the job's back-to-back snapshots wait for nothing.
+    with common.ProcessGroup(command, log=workdir / log,
+                             env={"TRAINGUARD_SNAPSHOT_COPY_BEHIND": "0"}) as group:
         return group.process.wait(3600)
 
 

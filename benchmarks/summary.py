@@ -80,9 +80,8 @@ def _recovery(lines: list[str]) -> None:
             "",
             f"- fault -> detected: {_seconds(detect)} (worst {_seconds(worst)}); fault -> every "
             f"rank stepping again: {_seconds(values.get('recover_seconds'))}; steps lost "
-            f"per trial: {lost}" + (" (a plain Session: a rank stopped before its snapshot of "
-                                    "the step the others completed is restored from its own, "
-                                    "older one)" if any(lost) else ""),
+            f"per trial: {lost}" + (" (the agent's log names the ranks that lacked the step, "
+                                    "and why no replica stood in)" if any(lost) else ""),
             f"- hang detected within 3 s in every trial: "
             f"{_verdict(None if worst is None else worst <= 3)}",
             "- torchrun, for comparison (FINDINGS.md, not re-measured): nothing for 30 minutes "

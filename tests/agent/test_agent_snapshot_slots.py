@@ -152,6 +152,20 @@ def test_committed_leaves_out_a_torn_slot(
     assert [state.header.step for state in slots.committed(0)] == [3]
 
 
+def test_writing_is_seen_from_the_sequence_lock(
+        slots: SnapshotSlots, writer: Callable[..., int],
+        make_state: Callable[..., dict[str, Any]]) -> None:
+    assert not slots.writing(0)  # no slot yet
+    writer(slots, 0, 0, make_state(3, 0), step=3)
+    seq = writer(slots, 0, 1, make_state(4, 0), step=4)
+    assert not slots.writing(0)
+    set_seq(slots.path(0, 1), seq + 1)  # a worker began its next snapshot here
+    assert slots.writing(0)
+    assert not slots.writing(1)
+    set_seq(slots.path(0, 1), seq + 2)
+    assert not slots.writing(0)
+
+
 def test_verify_of_an_intact_slot_without_checksum(
         slots: SnapshotSlots, writer: Callable[..., int],
         make_state: Callable[..., dict[str, Any]]) -> None:

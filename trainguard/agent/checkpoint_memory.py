@@ -146,6 +146,15 @@ class CheckpointMemory:
         """A worker committed a snapshot: look for a newly complete step."""
         self._wake.set()
 
+    def newest_step(self, rank: int) -> int | None:
+        """The step of the rank's newest complete snapshot, read from its slot headers (a
+        commit message may still be on its way, or never come from a killed rank)."""
+        states = self._slots.committed(rank)
+        return states[0].header.step if states else None
+
+    def writing(self, rank: int) -> bool:
+        return self._slots.writing(rank)
+
     def complete_steps(self) -> list[tuple[int, list[snapshot_slots.SlotState]]]:
         """Steps every rank holds in memory itself, newest first, with each rank's slot.
 

@@ -53,6 +53,7 @@ __all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent", "redone_steps"]
 logger = logging.getLogger(__name__)
 
 AGENT_FILE = "agent.json"
+_SNAPSHOT_POLL_SECONDS = 0.02  # how often the slot headers are read while snapshots finish
 
 
 def free_port(address: str) -> int:
@@ -274,15 +275,17 @@ class NodeAgent:
                     if waiting else "replaced processes did not exit")
             raise process.RecoveryError(f"{what} within {self.settings.leave_timeout:.0f} s")
 
-    async def _wait_changed(self, done: Callable[[], bool], timeout: float) -> None:
-        """Until ``done()`` (checked whenever a worker commits a snapshot, leaves or exits), or
-        ``timeout`` seconds."""
+    async def _wait_changed(self, done: Callable[[], bool], timeout: float, *,
+                            poll: float | None = None) -> None:
+        """Until ``done()`` (checked whenever a worker commits a snapshot, leaves or exits,
+        and every ``poll`` seconds when given), or ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not done() and loop.time() < deadline:
             self._changed.clear()
+            wait = deadline - loop.time() if poll is None else min(poll, deadline - loop.time())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), deadline - loop.time())
+                await asyncio.wait_for(self._changed.wait(), max(0.0, wait))
 
     async def dump(self, *, failed: Collection[int]) -> int | None:
         """The dying checkpoint (R5): save the newest step the healthy replicas hold, the
@@ -326,23 +329,30 @@ class NodeAgent:
         await self._current().wait_all_exited(timeout)
 
     async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
-        """Let healthy ranks finish the snapshot the failed rank already committed.
+        """Let healthy ranks finish the snapshots the failed rank's loss would otherwise cost.
 
         A rank that fails right after its snapshot of step N+1 often finds the others still
-        finishing step N; stopping them at once would make N+1 incomplete and lose step N.
-        Waits at most ``timeout`` seconds; ranks blocked waiting for the failed one just wait.
+        finishing step N, or copying their own snapshot of N+1 behind the next step
+        (train/copy_behind.py); stopping them at once would leave N+1 incomplete and lose a
+        step. So until ``timeout``: every healthy rank's snapshot in progress is finished, and
+        every healthy rank holds the newest step any rank holds. The slot headers decide, not
+        the commit messages (a short snapshot's waits for the next mark; a killed rank's never
+        comes); ranks blocked waiting for the failed one just wait.
         """
         generation = self._current()
-        target = generation.workers[failed_rank].committed_step
-        if target is None:
-            return
+        memory = self._checkpoints
+        healthy = [w for w in generation.workers.values() if w.rank != failed_rank]
+        target = max((step for rank in generation.workers
+                      if (step := memory.newest_step(rank)) is not None), default=None)
 
         def caught_up() -> bool:  # a rank that left its generation commits nothing more
-            return not any(w.alive and w.left is None and w.rank != failed_rank
-                           and (w.committed_step or -1) < target
-                           for w in generation.workers.values())
+            return not any(
+                w.alive and w.left is None and (
+                    memory.writing(w.rank)
+                    or (target is not None and (memory.newest_step(w.rank) or -1) < target))
+                for w in healthy)
 
-        await self._wait_changed(caught_up, timeout)
+        await self._wait_changed(caught_up, timeout, poll=_SNAPSHOT_POLL_SECONDS)
 
     async def stop_workers(self, *, timeout: float = 10.0) -> None:
         """End every worker now (SIGKILL to its process group) and wait for the exits."""

@@ -132,6 +132,16 @@ class SnapshotSlots:
         except snapshot_layout.LayoutError:
             return None
 
+    def writing(self, rank: int) -> bool:
+        """Whether a snapshot is being written into one of the rank's slots (its sequence lock
+        is odd); a slot whose writer died mid-copy stays so."""
+        for slot in range(SLOTS_PER_RANK):
+            held = self._slots.get((rank, slot))
+            if held is not None and snapshot_layout.read_seq(
+                    os.pread(held.descriptor, snapshot_layout.HEADER_SIZE, 0)) % 2:
+                return True
+        return False
+
     def committed(self, rank: int) -> list[SlotState]:
         """The rank's complete snapshots, newest step first."""
         found = []
