@@ -5,8 +5,9 @@ trainguard's snapshot into the agent's shared memory, copied at once (the optimi
 not left to the copy behind, which would hide the copy from this job); a raw copy of the same
 bytes into memory reserved beforehand (the physical bound); torch.save to disk; torch.load;
 trainguard's restore from memory (after a crash) and from disk (a new run, page cache dropped
-when allowed). A restore has two parts: the agent choosing and verifying the state before the workers start
-(plan_*_seconds; for disk it reads and checksums every shard) and the worker loading it.
+when allowed). A restore has two parts: the agent choosing and verifying the state before
+the workers start (plan_*_seconds; for disk it reads and checksums every shard) and the worker
+loading it.
 
     python -m benchmarks.checkpoint_stall --sizes 100,500
 """
