@@ -107,6 +107,10 @@ def test_the_next_optimizer_step_waits_and_each_snapshot_holds_its_own_step(
     expected = _train(trainer, state, range(5))
     trainer.close()
     assert moved, "no tensor was copied behind"
+    # What the agent hears counts the copy made behind, not only the moment checkpoint() took.
+    costs = [m.copy_seconds for m in agent.received if isinstance(m, messages.SnapshotCommitted)]
+    assert len(costs) == 5
+    assert all(cost >= 0.2 for cost in costs[2:]), costs
     in_slots = _in_slots(tmp_path)
     assert sorted(in_slots) == [4, 5]
     for step, saved in in_slots.items():

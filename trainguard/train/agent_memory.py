@@ -113,24 +113,25 @@ class AgentMemoryBackend:
         blocked = time.perf_counter() - started
         if later and self._behind is not None:
             self._last_seconds = blocked
-            behind = self._behind
-            self._behind.submit(lambda: self._commit(
-                finish, step, slot, prepared.nbytes, lambda: blocked + behind.blocked_seconds(),
-                hold=True))
+            self._behind.submit(lambda: self._commit(finish, step, slot, prepared.nbytes,
+                                                     before=blocked, hold=True))
             return blocked
-        self._commit(finish, step, slot, prepared.nbytes, lambda: time.perf_counter() - started,
-                     hold=not declared)
+        self._commit(finish, step, slot, prepared.nbytes, before=blocked, hold=not declared)
         self._last_seconds = time.perf_counter() - started
         return self._last_seconds
 
-    def _commit(self, finish: Callable[[], int], step: int, slot: int, nbytes: int,
-                blocked: Callable[[], float], *, hold: bool) -> None:
-        """Finish the copy, then tell the agent how long training was ``blocked`` by it (read
-        once the copy is done); held for the next step's mark unless the snapshot was declared
-        busy work: the agent reads completeness from the slot headers, and its statistics can
-        wait that long."""
+    def _commit(self, finish: Callable[[], int], step: int, slot: int, nbytes: int, *,
+                before: float, hold: bool) -> None:
+        """Finish the copy, then tell the agent what the snapshot cost: ``before`` (the
+        seconds up to ``finish``) plus the copy that ``finish`` makes, counted whole even when
+        it runs behind the next step, where it competes with training for the cores and memory
+        (so ``--snapshot-every auto`` judges the copy, not the millisecond that it blocks).
+        Held for the next step's mark unless the snapshot was declared busy work: the agent
+        reads completeness from the slot headers, and its statistics can wait that long."""
+        began = time.perf_counter()
         seq = finish()
-        self._link.send(messages.SnapshotCommitted(step, slot, seq, nbytes, blocked(),
+        seconds = before + time.perf_counter() - began
+        self._link.send(messages.SnapshotCommitted(step, slot, seq, nbytes, seconds,
                                                    time.monotonic()), hold=hold)
 
     def flush(self) -> None:

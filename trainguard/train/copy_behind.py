@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterable
 
@@ -50,7 +49,6 @@ class CopyBehind:
         self._idle.set()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._waiting_since: float | None = None
         self._guarded: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
 
     def guard(self, optimizers: Iterable[torch.optim.Optimizer]) -> None:
@@ -80,18 +78,10 @@ class CopyBehind:
         Raises:
             BaseException: what that job raised (once).
         """
-        if not self._idle.is_set():
-            self._waiting_since = time.perf_counter()
-            self._idle.wait()
-            self._waiting_since = None
+        self._idle.wait()
         error, self._error = self._error, None
         if error is not None:
             raise error
-
-    def blocked_seconds(self) -> float:
-        """How long training has been waiting for the job in flight (0 when it is not)."""
-        since = self._waiting_since
-        return 0.0 if since is None else time.perf_counter() - since
 
     def _run(self) -> None:
         while True:
