@@ -50,7 +50,9 @@ def _worker_of_rank(job: Job, rank: int) -> int:
 
 
 def test_worker_killed_during_its_snapshot_copy(run_job: Start, tmp_path: Path) -> None:
-    """Double buffering: the torn slot is ignored and the previous snapshot restores."""
+    """Double buffering: the torn slot is ignored; rank 1 restores its previous snapshot, or,
+    when rank 0 already holds the step rank 1 was copying, rank 0's snapshot of it stands in
+    (a replica's, read from memory), and the run still ends bitwise identical."""
     arguments = ["--nproc-per-node", "2", "-r", "3", "--max-restarts", "1",
                  "--persist-interval", "1000", SESSION_JOB, "--steps", "30",
                  "--ballast-mb", "200", "--step-sleep", "0.05"]
@@ -80,8 +82,9 @@ def test_worker_killed_during_its_snapshot_copy(run_job: Start, tmp_path: Path) 
         view.close()
     assert job.wait() == 0, job.output()
     recovery = job.events("recovery-completed")[0]
-    assert recovery["restore_source"] == "memory"
-    assert recovery["restore_step"] == intact.step
+    assert recovery["restore_step"] in (intact.step, intact.step + 1), recovery
+    assert recovery["restore_source"] == (
+        "memory" if recovery["restore_step"] == intact.step else "memory and peers"), recovery
     clean = run_job(*arguments, "--output", str(tmp_path / "clean.txt"), run_id="clean")
     assert clean.wait() == 0, clean.output()
     assert (tmp_path / "faulty.txt").read_text() == (tmp_path / "clean.txt").read_text()
