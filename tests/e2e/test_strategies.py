@@ -138,3 +138,16 @@ def test_bad_strategy_settings_are_refused_at_start(run_job: Start, flags: tuple
     job = run_job("--nproc-per-node", "4", *flags, SCRIPT)
     assert job.wait() == 2
     assert message in job.output()
+
+
+def test_without_saved_state_the_kept_processes_do_not_resume_beside_fresh_ones(
+        run_job: Start, tmp_path: Path, reference: str) -> None:
+    """No snapshot yet (every 1000 steps) and none on disk: restarting rank 1 in place would
+    leave ranks 0, 2 and 3 with ten steps of training beside a rank 1 starting afresh (they
+    did, and the job ended with other parameters). Every rank starts afresh instead."""
+    job = run(run_job, tmp_path, "--snapshot-every", "1000", "--inject", "crash:1:10")
+    assert decisions(job) == ["recover-in-place", "exit"]
+    (failed,) = job.events("recovery-failed")
+    assert "no saved state to resume from" in failed["reason"], failed
+    assert (recovery(job)["restore_source"], recovery(job)["restore_step"]) == ("none", 0)
+    assert (tmp_path / "sha").read_text() == reference

@@ -214,7 +214,9 @@ class NodeAgent:
         started) to join the new one on a fresh port.
 
         Raises:
-            process.RecoveryError: a survivor did not leave in time, or is gone.
+            process.RecoveryError: a survivor did not leave in time, or is gone; or no saved
+                state is left to restore while the survivors' state is past step 0 (they
+                would keep it beside new ranks starting afresh).
         """
         old = self._current()
         replace = set(replace) | {w.rank for w in old.workers.values() if not w.alive}
@@ -231,6 +233,12 @@ class NodeAgent:
         planning = self._clock.monotonic()
         restore = await self._checkpoints.plan_restore(
             lost=replace if to_spares else (), layout=self.layout)
+        if restore.source is messages.RestoreSource.NONE and survivors and (
+                old.completed_step is not None):
+            raise process.RecoveryError(
+                f"no saved state to resume from ({restore.note or 'none in memory or on disk'}),"
+                f" and the kept processes are past step {old.completed_step}: every rank must "
+                "start afresh")
         plan_seconds = self._clock.monotonic() - planning
         generation = workers.Generation(
             number=number, restart_count=restart_count,

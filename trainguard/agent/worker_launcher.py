@@ -132,6 +132,8 @@ class WorkerLauncher:
             generation=generation.number)
         env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
         env["TRAINGUARD_TRACEBACKS"] = str(self._tracebacks)
+        if settings.dp_size is not None:  # the session's replicas are the agent's
+            env["TRAINGUARD_DP_SIZE"] = str(settings.dp_size)
         env.update(self.visibility())
         worker.secret = secrets.token_hex(16)
         env[messages.WORKER_SECRET_VARIABLE] = worker.secret
