@@ -138,11 +138,11 @@ def test_documented_loader_reads_a_shard_without_trainguard(tmp_path: Path) -> N
 
 def test_documented_loader_assembles_a_rank_from_shares(tmp_path: Path) -> None:
     tree = sample_state()
-    shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(2, 2),
+    shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(3, 3),
                                           enabled=True)
     shares._checked = True  # one process: no replicas to compare
     elsewhere = shares.elsewhere(tree)
-    assert elsewhere, "the sample state is split in two shares"
+    assert elsewhere, "the sample state is split in shares"
     tensors = replica_shares.replicated_tensors(tree, ())
     complement = {id(t): 0 for t in tensors if id(t) not in elsewhere}
     write_shard(tmp_path / "rank-00000.tgsnap", tree, step=42, elsewhere=elsewhere)

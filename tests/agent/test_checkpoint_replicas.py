@@ -218,6 +218,29 @@ def test_a_step_written_as_shares_has_no_stand_in_for_a_lost_rank(
     assert choice.paths == {rank: str(disk / f"rank-{rank:05d}.tgsnap") for rank in range(WORLD)}
 
 
+def test_a_replica_that_keeps_the_lost_ranks_share_stands_in_for_it(
+        tmp_path: Path, slots: SnapshotSlots, writer: Writer, make_state: MakeState) -> None:
+    # Step 3 everywhere; step 4 on ranks 1-3 only (rank 0 died before its snapshot). Ranks 2
+    # and 3 leave the weight to rank 0, rank 1 keeps it too (shares kept twice).
+    for rank in range(WORLD):
+        writer(slots, rank, 0, make_state(3, rank), step=3, world_size=WORLD)
+    for rank in (1, 2, 3):
+        tree = make_state(4, 0)
+        weight = tree["state"]["model"]["weight"]
+        prepared = snapshot.prepare(tree, elsewhere={} if rank == 1 else {id(weight): 0})
+        path, _ = slots.grant(rank, 1, prepared.nbytes)
+        mapped = snapshot.MappedSlot(path)
+        mapped.write(prepared, step=4, generation=0, rank=rank, world_size=WORLD)
+        mapped.close()
+
+    choice, _ = plan(slots, tmp_path / "ckpt", layout=ALL_REPLICAS)
+
+    assert (choice.source, choice.step, choice.peers) == (messages.RestoreSource.MEMORY, 4, {0: 1})
+    holders = choice.holder_paths(WORLD)
+    assert holders[0] == holders[1] == slots.path(1, 1)  # rank 0's share: in rank 1's snapshot
+    assert holders[2:] == [slots.path(2, 1), slots.path(3, 1)]
+
+
 def test_without_a_layout_a_lost_rank_means_no_memory_state(
         tmp_path: Path, slots: SnapshotSlots, writer: Writer, make_state: MakeState) -> None:
     two_steps_everywhere(slots, writer, make_state)

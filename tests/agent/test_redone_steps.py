@@ -16,8 +16,8 @@ def test_the_ranks_ahead_and_behind_are_named_with_the_count() -> None:
     assert text.startswith("1 completed step redone: ranks [0, 2] hold a snapshot of step 10 "
                            "but ranks [1, 3] do not (the fault struck before their snapshot of "
                            "it was complete), and every rank resumes at step 9")
-    assert text.endswith("no replica of theirs holds step 10 whole (it was snapshotted as "
-                         "shares, or they have no replicas)")
+    assert text.endswith("no replica of theirs can stand in for them at step 10 (none left "
+                         "keeps their shares, or they have no replicas)")
 
 
 def test_several_steps_are_counted() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,12 +31,13 @@ def test_shares_recover_a_crash_and_an_error_bitwise_identical(run_job: Start,
                                                                tmp_path: Path) -> None:
     common = ["--nproc-per-node", "4", "-m", "trainguard.demo.ddp_job", "--steps", "60",
               "--width", "128"]
-    shares = {"TRAINGUARD_SNAPSHOT_SHARES": "1"}
+    shares = {"TRAINGUARD_SNAPSHOT_SHARES": "1"}  # the default, said here as this test's subject
     faulty = run_job("--max-restarts", "3", "-r", "3", "--inject", "crash:1:20,exception:3:40",
                      *common, "--output", str(tmp_path / "faulty.sha"), run_id="faulty",
                      env=shares)
     assert faulty.wait() == 0, faulty.output()
-    clean = run_job(*common, "--output", str(tmp_path / "clean.sha"), run_id="clean")
+    clean = run_job(*common, "--output", str(tmp_path / "clean.sha"), run_id="clean",
+                    env={"TRAINGUARD_SNAPSHOT_SHARES": "0"})
     assert clean.wait() == 0, clean.output()
     assert (tmp_path / "faulty.sha").read_text() == (tmp_path / "clean.sha").read_text()
     recoveries = faulty.events("recovery-completed")
@@ -43,10 +45,11 @@ def test_shares_recover_a_crash_and_an_error_bitwise_identical(run_job: Start,
         ("memory", 20, 0), ("memory", 40, 0)]
     shared = newest_shards(tmp_path / "runs" / "faulty")
     whole = newest_shards(tmp_path / "runs" / "clean")
-    assert [holders for _, _, holders in shared] == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]
+    # each rank keeps its own share and its ring predecessor's: rank 0 keeps 0 and 3, ...
+    assert [holders for _, _, holders in shared] == [[1, 2], [2, 3], [0, 3], [0, 1]]
     assert all(holders == [] for _, _, holders in whole)
-    # the four shares together are about one replica's state, not four
-    assert sum(size for _, size, _ in shared) < 0.4 * sum(size for _, size, _ in whole)
+    # the four snapshots together hold about two replicas' state, not four
+    assert sum(size for _, size, _ in shared) < 0.6 * sum(size for _, size, _ in whole)
 
     # A checkpoint of shares resumes without trainguard too (torchrun, Session without agent).
     checkpoints = tmp_path / "shared-checkpoints"
@@ -67,12 +70,33 @@ def test_shares_recover_a_crash_and_an_error_bitwise_identical(run_job: Start,
     assert (tmp_path / "resumed.sha").read_text() == (tmp_path / "clean.sha").read_text()
 
 
+def test_a_rank_killed_inside_its_snapshot_loses_no_step(run_job: Start, tmp_path: Path) -> None:
+    """Rank 1 dies before its share of step 10 is written: the ring successor (rank 2) keeps
+    that share too, so step 10 is whole in memory and its snapshot stands in for rank 1."""
+    marker = tmp_path / "inside"
+    job = run_job("--nproc-per-node", "3", "--max-restarts", "1", "-r", "3",
+                  str(SCRIPTS / "session_job.py"), "--steps", "30", "--step-sleep", "0.05",
+                  "--slow-snapshot", "1:10", "--slow-snapshot-file", str(marker),
+                  run_id="killed-in-snapshot", env={"TRAINGUARD_SNAPSHOT_SHARES": "1"})
+    pid = int(job.wait_for("rank 1 inside its snapshot of step 10",
+                           lambda: marker.exists() and marker.read_text()))
+    os.kill(pid, signal.SIGKILL)
+    assert job.wait() == 0, job.output()
+    (recovery,) = job.events("recovery-completed")
+    assert (recovery["restore_step"], recovery["steps_lost"]) == (10, 0), recovery
+    assert recovery["restore_source"] == "memory and peers", recovery
+    assert "completed step redone" not in job.output()
+    # The shares were in use: the newest checkpoint's snapshots leave tensors to holders.
+    assert [holders for _, _, holders in newest_shards(tmp_path / "runs" / "killed-in-snapshot")
+            ] == [[1], [2], [0]]
+
+
 def test_replicas_that_differ_are_snapshotted_whole_with_a_warning(run_job: Start,
                                                                    tmp_path: Path) -> None:
-    job = run_job("--nproc-per-node", "2", str(SCRIPTS / "divergent_job.py"), run_id="divergent")
+    job = run_job("--nproc-per-node", "3", str(SCRIPTS / "divergent_job.py"), run_id="divergent")
     assert job.wait() == 0, job.output()
     assert ("the replicated state (everything saved but the per-rank keys) differs between "
-            "ranks that should hold the same: replica groups [[0, 1]] at dp-size 2. Is the "
+            "ranks that should hold the same: replica groups [[0, 1, 2]] at dp-size 3. Is the "
             "script data parallel, and is the dp-size right? Snapshots stay whole on every "
             "rank from now on.") in job.output()
     assert all(holders == [] for _, _, holders in newest_shards(tmp_path / "runs" / "divergent"))

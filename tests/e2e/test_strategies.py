@@ -99,7 +99,8 @@ def test_dump_saves_the_failed_rank_from_its_replica_then_restarts(
     assert persisted[0]["step"] == 15, "the dying checkpoint holds the fault's step"
     manifest = json.loads((Path(persisted[0]["path"]) / "manifest.json").read_text())
     sources = {shard["rank"]: shard.get("source") for shard in manifest["shards"]}
-    assert sources == {0: None, 1: 0, 2: None, 3: None}, "rank 1's state is its replica's"
+    # Snapshot shares: rank 2, rank 1's successor in the replicas' ring, keeps rank 1's share.
+    assert sources == {0: None, 1: 2, 2: None, 3: None}, "rank 1's state is its replica's"
     assert all(len(p) == 2 for p in pids(job).values()), "exit restarts every process"
     assert recovery(job)["steps_lost"] == 0
     assert (tmp_path / "sha").read_text() == reference

@@ -33,18 +33,27 @@ def test_per_rank_keys_and_random_generators_are_not_replicated() -> None:
     assert all(t is not saved["state"]["loader"]["position"] for t in found)  # type: ignore[index]
 
 
+def test_each_share_is_kept_by_its_holder_and_the_next_replica_in_the_ring() -> None:
+    assert replica_shares.kept(1, (0, 1, 2, 3)) == {1, 0}
+    assert replica_shares.kept(0, (0, 1, 2, 3)) == {0, 3}
+    assert replica_shares.kept(3, (1, 3)) == {3, 1}  # two replicas: each keeps both
+    groups = [(0, 1, 2), (0, 1, 2, 3), (2, 5, 8, 11, 14)]
+    for group in groups:  # every holder's run is in exactly two snapshots
+        assert all(sum(h in replica_shares.kept(r, group) for r in group) == 2 for h in group)
+
+
 def test_a_share_snapshot_leaves_the_others_tensors_to_their_holders(tmp_path: Path) -> None:
     saved = tree()
     shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
                                           enabled=True, per_rank={"loader"})
     shares._checked = True  # the replicas' comparison needs a process group: see e2e
     elsewhere = shares.elsewhere(saved)
-    assert sorted(elsewhere.values()) == [0, 0, 2, 2, 3, 3]
+    assert sorted(elsewhere.values()) == [2, 2, 3, 3]
     prepared = snapshot.prepare(saved, elsewhere=elsewhere)
     whole = snapshot.prepare(saved)
-    assert whole.payload_len - prepared.payload_len >= 6 * 400
+    assert whole.payload_len - prepared.payload_len >= 4 * 400
     assert [e.holder for e in snapshot_layout.decode_table(prepared.table)][:8] == [
-        0, 0, None, None, 2, 2, 3, 3]
+        None, None, None, None, 2, 2, 3, 3]
     path = tmp_path / "slot"
     path.write_bytes(b"\0" * prepared.nbytes)
     mapped = snapshot.MappedSlot(str(path))
@@ -54,10 +63,46 @@ def test_a_share_snapshot_leaves_the_others_tensors_to_their_holders(tmp_path: P
         snapshot.read_snapshot(str(path))
     absent: list[snapshot.Absent] = []
     _, loaded = snapshot.read_snapshot(str(path), absent=absent)
-    assert [(item.index, item.holder) for item in absent] == [
-        (0, 0), (1, 0), (4, 2), (5, 2), (6, 3), (7, 3)]
+    assert [(item.index, item.holder) for item in absent] == [(4, 2), (5, 2), (6, 3), (7, 3)]
+    assert torch.equal(loaded["state"]["model"]["w0"], torch.full((10, 10), 0.0))
     assert torch.equal(loaded["state"]["model"]["w2"], torch.full((10, 10), 2.0))
     assert torch.equal(loaded["state"]["loader"]["position"], torch.tensor([7]))
+
+
+def write_shares(directory: Path, ranks: list[int]) -> dict[int, str]:
+    """Each of ``ranks`` (of a 4-replica group) writes its shares of :func:`tree`."""
+    paths = {}
+    for rank in ranks:
+        saved = tree()
+        shares = replica_shares.ReplicaShares(rank=rank, layout=replicas.ReplicaLayout(4, 4),
+                                              enabled=True, per_rank={"loader"})
+        shares._checked = True
+        prepared = snapshot.prepare(saved, elsewhere=shares.elsewhere(saved))
+        path = directory / f"rank-{rank}"
+        path.write_bytes(b"\0" * prepared.nbytes)
+        mapped = snapshot.MappedSlot(str(path))
+        mapped.write(prepared, step=3, generation=0, rank=rank, world_size=4)
+        mapped.close()
+        paths[rank] = str(path)
+    return paths
+
+
+def test_a_rank_without_a_snapshot_is_assembled_from_its_successor_and_the_holders(
+        tmp_path: Path) -> None:
+    # Rank 1 died before its snapshot: rank 2's keeps rank 1's share and stands in for it.
+    paths = write_shares(tmp_path, [0, 2, 3])
+    absent: list[snapshot.Absent] = []
+    _, loaded = snapshot.read_snapshot(paths[2], absent=absent)
+    assert {item.holder for item in absent} == {0, 3}  # rank 2 keeps runs 2 and 1
+    replica_shares.fill_from_files(absent, {**paths, 1: paths[2]})
+    whole = tree()["state"]["model"]  # type: ignore[index]
+    assert all(torch.equal(loaded["state"]["model"][k], v) for k, v in whole.items())
+
+    # Without the holder's snapshot at hand, it says which rank is missing.
+    absent = []
+    snapshot.read_snapshot(paths[2], absent=absent)
+    with pytest.raises(snapshot.SnapshotError, match="no snapshot of rank 3 is at hand"):
+        replica_shares.fill_from_files(absent, {0: paths[0]})
 
 
 def test_a_tree_with_fewer_tensors_than_replicas_is_snapshotted_whole() -> None:
@@ -68,28 +113,21 @@ def test_a_tree_with_fewer_tensors_than_replicas_is_snapshotted_whole() -> None:
     assert shares.elsewhere(saved) == {}
 
 
-def test_assembling_refuses_shares_of_another_layout() -> None:
-    saved = tree()
-    writer = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
-                                          enabled=True)
-    writer._checked = True
-    prepared = snapshot.prepare(saved, elsewhere=writer.elsewhere(saved))
-    assert prepared.payload_len > 0
-    reader = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 2),
-                                          enabled=True)
-    absent = [snapshot.Absent(0, saved["state"]["model"]["w0"], 0)]  # type: ignore[index]
-    with pytest.raises(replica_shares.SharesError, match="do not match replica group"):
-        reader.fill(saved, absent)
-
-
 def test_settings_come_from_the_environment_first() -> None:
-    environ = {"TRAINGUARD_SNAPSHOT_SHARES": "1", "TRAINGUARD_DP_SIZE": "2"}
-    shares = replica_shares.ReplicaShares.from_env(rank=3, world_size=4, enabled=False,
+    environ = {"TRAINGUARD_SNAPSHOT_SHARES": "1", "TRAINGUARD_DP_SIZE": "3"}
+    shares = replica_shares.ReplicaShares.from_env(rank=4, world_size=6, enabled=False,
                                                    dp_size=None, environ=environ)
     assert shares.enabled
-    assert shares._group == (1, 3)
-    off = replica_shares.ReplicaShares.from_env(rank=0, world_size=4, enabled=None,
-                                                dp_size=None, environ={})
+    assert shares._group == (0, 2, 4)
+    two = replica_shares.ReplicaShares.from_env(rank=3, world_size=4, enabled=True,
+                                                dp_size=2, environ={})
+    assert not two.enabled  # each of two replicas would keep both shares: whole
+    default = replica_shares.ReplicaShares.from_env(rank=0, world_size=4, enabled=None,
+                                                    dp_size=None, environ={})
+    assert default.enabled
+    off = replica_shares.ReplicaShares.from_env(
+        rank=0, world_size=4, enabled=True, dp_size=None,
+        environ={"TRAINGUARD_SNAPSHOT_SHARES": "0"})
     assert not off.enabled
 
 

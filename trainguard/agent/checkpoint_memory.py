@@ -85,6 +85,12 @@ class RestoreChoice:
         paths = self.paths | {rank: self.paths[donor] for rank, donor in self.peers.items()}
         return dataclasses.replace(self, paths=paths, peers={}, stand_ins=dict(self.peers))
 
+    def holder_paths(self, world_size: int) -> list[str]:
+        """By rank, the snapshot of the step that holds its shares: its own, else its stand-in's
+        (a replica's snapshot names no lost rank as a holder: see replica_complete_steps)."""
+        paths = self.read_locally().paths
+        return [paths.get(rank, "") for rank in range(world_size)]
+
     def send_to(self, rank: int) -> list[int]:
         return sorted(receiver for receiver, donor in self.peers.items() if donor == rank)
 
@@ -177,15 +183,14 @@ class CheckpointMemory:
             used: dict[int, snapshot_slots.SlotState] = {}
             peers: dict[int, int] = {}
             having = [rank for rank, states in held.items() if step in states]
-            donors = having
             for rank in range(self._world_size):
                 if rank in having:
                     used[rank] = held[rank][step]
                     continue
                 if layout is None:
                     break
-                if donors and any(self._slots.holds_shares(held[r][step]) for r in having):
-                    donors = []
+                # A replica whose snapshot leaves tensors to this rank (shares) cannot stand in.
+                donors = [r for r in having if rank not in self._slots.holders(held[r][step])]
                 donor = layout.donor(rank, donors)
                 if donor is None:
                     break

@@ -68,9 +68,8 @@ def redone_steps(committed: Mapping[int, int | None], restore_step: int) -> str:
     snapshot (``committed``); empty when it redoes none.
 
     A rank that fails inside (or just before) its snapshot of step N+1 leaves N+1 complete on
-    its replicas only. A replica's whole snapshot stands in for it; when none can (the step
-    was written as shares, whose parts exist once; a rank without replicas), everyone goes back
-    to N.
+    its replicas only. A replica's snapshot that keeps its share stands in for it; when none
+    can (two ring neighbours lost; a rank without replicas), everyone goes back to N.
     """
     held = [step for step in committed.values() if step is not None]
     newest = max(held, default=None)
@@ -82,8 +81,8 @@ def redone_steps(committed: Mapping[int, int | None], restore_step: int) -> str:
     return (f"{count} completed step{'s' if count > 1 else ''} redone: ranks {ahead} hold a "
             f"snapshot of step {newest} but ranks {behind} do not (the fault struck before "
             f"their snapshot of it was complete), and every rank resumes at step {restore_step}, "
-            f"the newest step each rank can restore: no replica of theirs holds step {newest} "
-            f"whole (it was snapshotted as shares, or they have no replicas)")
+            f"the newest step each rank can restore: no replica of theirs can stand in for them "
+            f"at step {newest} (none left keeps their shares, or they have no replicas)")
 
 
 class NodeAgent:
@@ -524,7 +523,8 @@ class NodeAgent:
                     next_slot=self._checkpoints.next_slot(worker.rank, choice),
                     slot_paths=self._checkpoints.slot_paths(worker.rank), note=choice.note,
                     peer=peer if peer is not None else stand_in,
-                    send_to=choice.send_to(worker.rank)))
+                    send_to=choice.send_to(worker.rank), holder_paths=choice.holder_paths(
+                        len(generation.workers))))
             case _:
                 self._log.warning("rank %d sent an unexpected %s message", worker.rank,
                                message.TYPE)

@@ -168,14 +168,15 @@ class SnapshotSlots:
         finally:
             memory.close()
 
-    def holds_shares(self, state: SlotState) -> bool:
-        """Whether the snapshot leaves tensors to its replicas' snapshots (snapshot shares)."""
+    def holders(self, state: SlotState) -> set[int]:
+        """The ranks whose snapshots hold the tensors this one leaves to them (shares)."""
         held = self._slots[(state.rank, state.slot)]
         table = os.pread(held.descriptor, state.header.table_len, state.header.table_offset)
         try:
-            return any(entry.holder is not None for entry in snapshot_layout.decode_table(table))
+            return {entry.holder for entry in snapshot_layout.decode_table(table)
+                    if entry.holder is not None}
         except snapshot_layout.LayoutError:
-            return False  # overwritten since it was listed: verify() rejects it
+            return set()  # overwritten since it was listed: verify() rejects it
 
     def invalidate(self, rank: int, slot: int) -> None:
         """Make a slot hold nothing (a snapshot from a timeline that was rolled back)."""

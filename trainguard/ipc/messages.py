@@ -269,6 +269,9 @@ class RestorePlan(Message):
     note: str
     peer: int | None = None  # PEER: the rank that sends the state; REPLICA: whose snapshot
     send_to: list[int] = dataclasses.field(default_factory=list)  # ranks this one sends to
+    holder_paths: list[str] = dataclasses.field(default_factory=list)
+    """By rank: its snapshot of ``step`` (or the replica's standing in for it), where the
+    shares a snapshot leaves to its holders are read; empty string: none on this host."""
 
 
 @dataclasses.dataclass(frozen=True)

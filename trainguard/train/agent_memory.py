@@ -5,8 +5,8 @@ disk while the next snapshot goes into the other). A snapshot is copied into a s
 sequence lock and announced to the agent, which checksums and persists it in the background. A
 restore asks the agent for a plan: the rank's own slot, a data-parallel peer's snapshot over the
 process group, or the newest verified checkpoint on disk. With shares
-(:mod:`trainguard.train.replica_shares`), each replica writes only its share of the replicated
-state, and a restore assembles the rest from the replica group.
+(:mod:`trainguard.train.replica_shares`), each replica writes only its shares of the replicated
+state, and a restore reads the rest from the holders' snapshots of the same step.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class AgentMemoryBackend:
         self._intervals = (before, (order.every, order.from_step))
 
     def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float,
-             optimizers: Sequence[torch.optim.Optimizer] = ()) -> float:
+             optimizers: Sequence[torch.optim.Optimizer] = (), whole: bool = False) -> float:
         """Copy ``tree`` into the next slot; the agent persists it to disk in the background.
         With ``optimizers`` (and the copy behind on), their tensors are copied while the next
         step computes (:mod:`trainguard.train.copy_behind`), and the snapshot is committed then.
@@ -96,7 +96,8 @@ class AgentMemoryBackend:
         self.flush()
         slot = self._next_slot
         declared = self.slow_save_expected()  # the session declared it busy work
-        prepared = self._layouts.prepare(tree, elsewhere=self._shares.elsewhere(tree))
+        prepared = self._layouts.prepare(
+            tree, elsewhere={} if whole else self._shares.elsewhere(tree))
         mapped = self._slot(slot, prepared.nbytes)
         later: list[int] = []
         if optimizers and self._behind is not None:
@@ -198,10 +199,8 @@ class AgentMemoryBackend:
         try:
             received = process_group.exchange_state(plan, absent=absent)
             header, tree = received or snapshot.read_snapshot(plan.path, absent=absent)
-            if absent:
-                self._shares.fill(tree, absent)
-        except (snapshot.SnapshotError, process_group.ExchangeError,
-                replica_shares.SharesError) as error:
+            replica_shares.fill_from_files(absent, dict(enumerate(plan.holder_paths)))
+        except (snapshot.SnapshotError, process_group.ExchangeError) as error:
             raise state_backend.StateError(
                 f"cannot restore from {plan.source}: {error}") from error
         source = messages.RestoreSource.PEER if received is not None else plan.source

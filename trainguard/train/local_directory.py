@@ -123,7 +123,7 @@ class LocalDirectoryBackend:
         return True
 
     def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float,
-             optimizers: Sequence[torch.optim.Optimizer] = ()) -> float:
+             optimizers: Sequence[torch.optim.Optimizer] = (), whole: bool = False) -> float:
         """Write this rank's shard; rank 0 then completes the checkpoint (a collective call:
         every rank saves the same step).
 

@@ -1,21 +1,25 @@
-"""Snapshot state that data-parallel replicas share once per replica group, as shares.
+"""Snapshot state that data-parallel replicas share in shares, each kept by two replicas.
 
 The ``dp`` replicas of a replica group (:class:`trainguard.faults.replicas.ReplicaLayout`) hold
 identical model and optimizer state, so copying all of it on every rank writes the same bytes
 ``dp`` times into the host's memory. With shares, the replicated tensors (everything under the
 tree's ``"state"`` except the keys named per-rank) are split into ``dp`` contiguous runs of
-about equal bytes, in the tree's order; replica ``i`` of the group writes only run ``i`` and
-marks the others with the rank that holds them (:mod:`trainguard.ipc.snapshot_layout`). Per-rank
-parts (the step, random generators, keys named per-rank) stay whole in every snapshot.
+about equal bytes, in the tree's order. Replica ``i`` of the group is the *holder* of run ``i``
+and writes it, and also keeps a copy of run ``i - 1`` (its predecessor's in the group's ring);
+every other tensor is marked with its holder (:mod:`trainguard.ipc.snapshot_layout`). So every
+run is in two replicas' snapshots: a rank lost before it committed its snapshot of a step
+leaves that step whole in memory, and its ring successor's snapshot stands in for it. With two
+replicas, each keeps both runs: whole snapshots. Per-rank parts (the step, random generators,
+keys named per-rank) stay whole in every snapshot.
 
 Dedup is trusted only after it is checked: at the first snapshot of every generation each rank
 checksums its replicated tensors and the ranks compare them over the process group. Replicas
 that differ (a script that is not data parallel, a wrong ``dp_size``) turn shares off for the
 rest of the process, with a warning, and every snapshot is whole again.
 
-A restore decodes the rank's own snapshot and fills each tensor held elsewhere by a broadcast
-from its holder within the replica group, so every rank of the group must restore together
-(they do: every rank of a generation restores the same step).
+A restore decodes the rank's snapshot (or the one standing in for it) and reads each tensor
+held elsewhere from its holder's snapshot of the same step (:func:`fill_from_files`): memory
+slots on this host, or shard files on disk. No process group is needed.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import xxhash
 from trainguard.faults import replicas
 from trainguard.train import snapshot
 
-__all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "replicated_tensors"]
+__all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "kept",
+           "replicated_tensors"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +84,13 @@ def assign(tensors: list[torch.Tensor], group: tuple[int, ...]) -> list[int]:
     return holders
 
 
+def kept(rank: int, group: tuple[int, ...]) -> frozenset[int]:
+    """The holders whose runs ``rank``'s snapshot keeps: its own and its predecessor's in the
+    group's ring, so that every run is in two snapshots (one, in a group of one)."""
+    index = group.index(rank)
+    return frozenset((rank, group[index - 1]))
+
+
 def _digest(tensors: list[torch.Tensor]) -> int:
     hasher = xxhash.xxh3_64()
     for tensor in tensors:
@@ -88,22 +100,22 @@ def _digest(tensors: list[torch.Tensor]) -> int:
     return hasher.intdigest() - 2**63  # to a signed 64-bit value, for an int64 tensor
 
 
-def fill_from_files(absent: list[snapshot.Absent], shards: Mapping[int, str]) -> None:
-    """Complete a tree decoded from a checkpoint on disk: each absent tensor is read from the
-    shard file of its holder (``shards``: rank -> file), in the same checkpoint. No process group
-    is needed: every shard is on disk.
+def fill_from_files(absent: list[snapshot.Absent], snapshots: Mapping[int, str]) -> None:
+    """Complete a decoded tree: each absent tensor is read from the snapshot of its holder
+    (``snapshots``: rank -> a memory slot or shard file of the same step), so no process group
+    is needed.
 
     Raises:
-        snapshot.SnapshotError: a holder's shard is unreadable, lacks the tensor, or holds one
-            of another shape or type.
+        snapshot.SnapshotError: a holder's snapshot is not given, is unreadable, lacks the
+            tensor, or holds one of another shape or type.
     """
     by_holder: dict[int, list[snapshot.Absent]] = {}
     for item in absent:
         by_holder.setdefault(item.holder, []).append(item)
     for holder, items in sorted(by_holder.items()):
-        path = shards.get(holder)
-        if path is None:
-            raise snapshot.SnapshotError(f"the checkpoint has no shard of rank {holder}, which "
+        path = snapshots.get(holder)
+        if not path:
+            raise snapshot.SnapshotError(f"no snapshot of rank {holder} is at hand, and it "
                                          "holds part of the replicated state")
         found = snapshot.read_tensors(path, [item.index for item in items])
         for item in items:
@@ -120,14 +132,15 @@ class ReplicaShares:
                  per_rank: Collection[str] = ()) -> None:
         """Args:
             layout: which ranks hold the same state.
-            enabled: whether to write shares at all (a group of one replica never does).
+            enabled: whether to write shares at all (a group of one or two replicas never
+                does: with each run kept twice, two replicas' shares are whole snapshots).
             per_rank: keys of the saved state that differ per rank and stay whole.
         """
         self._rank = rank
         self._layout = layout
         self._group = layout.group(rank)
         self._per_rank = frozenset(per_rank)
-        self.enabled = enabled and len(self._group) > 1
+        self.enabled = enabled and len(self._group) > 2
         self._checked = False
 
     @classmethod
@@ -135,7 +148,7 @@ class ReplicaShares:
                  dp_size: int | None, per_rank: Collection[str] = (),
                  environ: Mapping[str, str] = os.environ) -> ReplicaShares:
         """The session's settings, ``TRAINGUARD_SNAPSHOT_SHARES`` (``0``/``1``) and
-        ``TRAINGUARD_DP_SIZE`` winning over the arguments; shares are off unless asked for, and
+        ``TRAINGUARD_DP_SIZE`` winning over the arguments; shares are on unless turned off, and
         the replicas default to every rank (pure data parallelism).
 
         Raises:
@@ -153,7 +166,8 @@ class ReplicaShares:
                 world_size, int(size) if size is not None else dp_size or world_size)
         except ValueError as error:
             raise SharesError(f"{where}: {error}") from error
-        return cls(rank=rank, layout=layout, enabled=bool(enabled), per_rank=per_rank)
+        return cls(rank=rank, layout=layout, enabled=enabled is None or enabled,
+                   per_rank=per_rank)
 
     def new_generation(self) -> None:
         """The next snapshot checks again that the replicas are identical."""
@@ -175,8 +189,9 @@ class ReplicaShares:
             # Too few tensors for a share each: whole, so that every snapshot written as
             # shares lacks some tensor on every rank, and every rank of the group assembles.
             return {}
+        keep = kept(self._rank, self._group)
         return {id(tensor): holder for tensor, holder in zip(tensors, holders, strict=True)
-                if holder != self._rank}
+                if holder not in keep}
 
     def _identical(self, tensors: list[torch.Tensor]) -> bool:
         if not (dist.is_available() and dist.is_initialized()):
@@ -198,41 +213,3 @@ class ReplicaShares:
                 "data parallel, and is the dp-size right? Snapshots stay whole on every rank "
                 "from now on.", differing, self._layout.dp_size)
         return not differing
-
-    def fill(self, tree: dict[str, Any], absent: list[snapshot.Absent]) -> None:
-        """Complete a decoded tree: each replicated tensor goes from its holder to the rest of
-        the replica group. Every rank of the group calls it, with its own snapshot's tree.
-
-        Raises:
-            SharesError: the tree was not written as shares of this layout, or this rank's
-                own share is missing (its snapshot came from a peer that lacks it).
-        """
-        tensors = replicated_tensors(tree, self._per_rank)
-        holders = assign(tensors, self._group)
-        missing = {id(item.tensor): item.holder for item in absent}
-        expected = {id(tensor): holder for tensor, holder in zip(tensors, holders, strict=True)
-                    if holder != self._rank}
-        if missing != expected:
-            lost = sorted({holder for holder in missing.values() if holder == self._rank})
-            why = ("this rank's own share is not in the snapshot it got" if lost else
-                   f"the snapshot's shares do not match replica group {list(self._group)} "
-                   f"(dp-size {self._layout.dp_size}, per-rank keys {sorted(self._per_rank)})")
-            raise SharesError(f"rank {self._rank}: cannot assemble the replicated state: {why}")
-        if not (dist.is_available() and dist.is_initialized()):
-            raise SharesError("the snapshot holds a share of the replicated state, which comes "
-                              "together over the process group: call restore() after "
-                              "init_process_group()")
-        group = self._process_group()
-        for tensor, holder in zip(tensors, holders, strict=True):
-            dist.broadcast(tensor, src=holder, group=group)
-
-    def _process_group(self) -> Any:
-        """The replica group's process group (None: the whole world is one group)."""
-        if self._layout.parts == 1:
-            return None
-        mine = None
-        for part in range(self._layout.parts):  # every rank creates every group, in order
-            created = dist.new_group(list(self._layout.group(part)))
-            if part == self._rank % self._layout.parts:
-                mine = created
-        return mine

@@ -161,10 +161,11 @@ class Session:
             checkpoint_dir: without an agent only: where checkpoints go (default
                 ``./checkpoints``; ``TRAINGUARD_CHECKPOINT_DIR`` wins when set). Under
                 ``trainguard run``, ``--checkpoint-dir`` decides.
-            share_replicas: under ``trainguard run`` only: each of the ``dp_size`` replicas
-                snapshots only its share of the state they hold alike, not all of it
+            share_replicas: under ``trainguard run`` only: with three or more replicas, each
+                of the ``dp_size`` replicas snapshots its share of the state they hold alike
+                and a copy of its ring neighbour's, not all of it
                 (:mod:`trainguard.train.replica_shares`; checked, and turned off with a
-                warning, when the replicas differ). Default off; ``TRAINGUARD_SNAPSHOT_SHARES``
+                warning, when the replicas differ). Default on; ``TRAINGUARD_SNAPSHOT_SHARES``
                 (``1``/``0``) wins when set.
             dp_size: data-parallel replicas (default: every rank; ``TRAINGUARD_DP_SIZE`` wins
                 when set); rank ``r``'s replicas are the ranks equal to ``r`` modulo
@@ -460,8 +461,9 @@ class Session:
             return
         self._save(state, step=step)
 
-    def _save(self, state: Mapping[str, Any], *, step: int) -> None:
-        """Save now, due or not (a dying checkpoint, a state a peer sent)."""
+    def _save(self, state: Mapping[str, Any], *, step: int, whole: bool = False) -> None:
+        """Save now, due or not (a dying checkpoint, a state a peer sent); ``whole``: see
+        `state_backend.StateBackend.save`."""
         self._skipped_step = None
         started = time.perf_counter()
         declared = self._state.slow_save_expected()
@@ -476,7 +478,8 @@ class Session:
         try:
             seconds = self._state.save(
                 tree, step=step, generation=self.generation, started=started,
-                optimizers=[v for v in state.values() if isinstance(v, torch.optim.Optimizer)])
+                optimizers=[v for v in state.values() if isinstance(v, torch.optim.Optimizer)],
+                whole=whole)
         except state_backend.StateError as error:
             raise SessionError(str(error)) from error
         if declared:
@@ -516,8 +519,9 @@ class Session:
             if loaded.source in (messages.RestoreSource.PEER, messages.RestoreSource.REPLICA):
                 # State from a replica is in no memory slot of this rank: snapshot it now, or
                 # the step is complete nowhere until this rank's next snapshot (never, when
-                # it was the last step) and a second fault would lose it.
-                self._save(state, step=step)
+                # it was the last step) and a second fault would lose it. Whole: shares would
+                # first compare the replicas, a collective the restoring ranks are not in.
+                self._save(state, step=step, whole=True)
         self.restored = RestoreInfo(loaded.source, step, time.perf_counter() - started,
                                     loaded.note)
         self._activity(messages.ActivityKind.RESTORE, False)

@@ -46,11 +46,13 @@ class StateBackend(Protocol):
         (:data:`trainguard.train.agent_memory.DECLARED_SNAPSHOT_SECONDS`)."""
 
     def save(self, tree: dict[str, Any], *, step: int, generation: int, started: float,
-             optimizers: Sequence[torch.optim.Optimizer] = ()) -> float:
+             optimizers: Sequence[torch.optim.Optimizer] = (), whole: bool = False) -> float:
         """Store ``tree``, saved to resume at ``step``; ``started`` is the
         ``time.perf_counter()`` at which the checkpoint began; ``optimizers``: those of the
         saved state, whose tensors may be copied while training goes on (their next
-        ``step()`` waits for it). Returns the seconds training was blocked.
+        ``step()`` waits for it); ``whole``: every tensor in this rank's snapshot, none left to
+        its replicas' (a state received from a replica, saved while the others restore).
+        Returns the seconds training was blocked.
 
         Raises:
             StateError: there is no room for the state, or the ranks cannot agree on where it goes.
