@@ -100,7 +100,8 @@ class AgentMemoryBackend:
             tree, elsewhere={} if whole else self._shares.elsewhere(tree))
         mapped = self._slot(slot, prepared.nbytes)
         later: list[int] = []
-        if optimizers and self._behind is not None:
+        # Below the threshold in all, no subset is worth a thread: skip finding the owned ones.
+        if optimizers and self._behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
             self._behind.guard(optimizers)
             owned = copy_behind.optimizer_tensors(optimizers)
             later = [index for index, (tensor, entry) in enumerate(
