@@ -165,3 +165,22 @@ def test_a_fixed_interval_is_told_of_another_once_not_at_every_wobble_of_the_sta
     chosen = [e for e in recorded if isinstance(e, events.SnapshotIntervalChosen)]
     assert len(chosen) == 2  # the start, and the first recommendation
     assert agent.paced == [1] * 5
+
+
+def test_a_fixed_interval_is_not_told_again_when_the_stall_wobbles_across_the_share() -> None:
+    """make run printed a line every few seconds as the stall moved between 3% and 7% of the
+    step around the 5% share: advice given, taken back, given again. It is said once."""
+    clock = FakeClock()
+    pacer, agent, recorded = _pacer("1", clock)
+    pacer.start()
+    recommended = []
+    for stall in (0.0065, 0.0029, 0.0064, 0.0027, 0.0066):
+        _steps(agent, clock, count=100, step=0.09, stall=stall, every=1)
+        choice = pacer.review()
+        assert choice is not None
+        recommended.append(choice.recommended)
+    assert 1 in recommended, "the stalls must cross the share"
+    assert len(set(recommended)) > 1, "the stalls must cross the share"
+    chosen = [e for e in recorded if isinstance(e, events.SnapshotIntervalChosen)]
+    assert [e.recommended for e in chosen] == [None, recommended[0]]
+    assert agent.paced == [1] * 5

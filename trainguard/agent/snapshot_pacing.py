@@ -102,7 +102,7 @@ class SnapshotPacer:
             device_mtbf=self._settings.device_failure_interval,
             ranks=self._settings.nproc_per_node)
         self._agent.pace_snapshots(choice.interval)
-        if last is None or self._noteworthy(last) != self._noteworthy(choice):
+        if self._news(last, choice):
             self._recorded = choice
             self._record(events.SnapshotIntervalChosen(
                 job=self._settings.run_id, interval=choice.interval,
@@ -113,13 +113,17 @@ class SnapshotPacer:
                 persist_optimum_seconds=choice.persist_optimum_seconds, reason=choice.reason))
         return choice
 
-    def _noteworthy(self, choice: snapshot_interval.IntervalChoice) -> tuple[int, int | bool]:
-        """What a change of is said: the interval; under ``auto`` the interval it moves to, with a
-        fixed N only whether another is recommended (the measured stall varies from review to
-        review, and a recommendation moving between 3 and 4 steps is no news)."""
+    def _news(self, last: snapshot_interval.IntervalChoice | None,
+              choice: snapshot_interval.IntervalChoice) -> bool:
+        """Whether ``choice`` is said: under ``auto``, each move of the interval; with a fixed N,
+        the first recommendation of another one, once. The measured stall varies from review
+        to review: a recommendation moving between 3 and 4 steps, or taken back and given
+        again as the stall wobbles across the share, is no news."""
+        if last is None:
+            return True
         if self._requested is None:
-            return choice.interval, choice.recommended
-        return choice.interval, choice.recommended != self._requested
+            return (choice.interval, choice.recommended) != (last.interval, last.recommended)
+        return last.recommended == self._requested and choice.recommended != self._requested
 
     def tick(self) -> None:
         """Nothing until the job's first snapshot (a script without a session takes none, and
