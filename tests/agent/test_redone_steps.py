@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from trainguard.agent import node_agent
+from trainguard.agent import checkpoint_memory
 
 
 def test_nothing_is_said_when_every_rank_holds_the_restored_step() -> None:
-    assert node_agent.redone_steps({0: 7, 1: 7}, 7) == ""
-    assert node_agent.redone_steps({0: None, 1: None}, 0) == ""
+    assert checkpoint_memory.redone_steps({0: 7, 1: 7}, 7) == ""
+    assert checkpoint_memory.redone_steps({0: None, 1: None}, 0) == ""
 
 
 def test_the_ranks_ahead_and_behind_are_named_with_the_count() -> None:
-    text = node_agent.redone_steps({0: 10, 1: 9, 2: 10, 3: None}, 9)
+    text = checkpoint_memory.redone_steps({0: 10, 1: 9, 2: 10, 3: None}, 9)
 
     assert text.startswith("1 completed step redone: ranks [0, 2] hold a snapshot of step 10 "
                            "but ranks [1, 3] do not (the fault struck before their snapshot of "
@@ -21,4 +21,4 @@ def test_the_ranks_ahead_and_behind_are_named_with_the_count() -> None:
 
 
 def test_several_steps_are_counted() -> None:
-    assert node_agent.redone_steps({0: 12, 1: 10}, 10).startswith("2 completed steps redone")
+    assert checkpoint_memory.redone_steps({0: 12, 1: 10}, 10).startswith("2 completed steps redone")

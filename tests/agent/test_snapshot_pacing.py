@@ -149,20 +149,29 @@ def test_the_stall_is_the_slowest_ranks() -> None:
     assert choice.interval == 4
 
 
-def test_a_fixed_interval_is_told_of_another_once_not_at_every_wobble_of_the_stall() -> None:
-    """make run printed a new recommendation every few seconds as the stall moved between 11
-    and 17 ms (every 3, 4, 3, 5 steps...): only the switch from 'keep it' to 'change it' is news."""
+def _fixed_every_step_under(stalls: tuple[float, ...], *, count: int, step: float
+                            ) -> tuple[list[int], list[events.SnapshotIntervalChosen], FakeAgent]:
+    """``--snapshot-every 1`` reviewed after ``count`` steps at each stall in turn: each review's
+    recommendation, what was recorded, and the agent."""
     clock = FakeClock()
     pacer, agent, recorded = _pacer("1", clock)
     pacer.start()
     recommended = []
-    for stall in (0.012, 0.017, 0.011, 0.016, 0.012):
-        _steps(agent, clock, count=40, step=0.085, stall=stall, every=1)
+    for stall in stalls:
+        _steps(agent, clock, count=count, step=step, stall=stall, every=1)
         choice = pacer.review()
         assert choice is not None
         recommended.append(choice.recommended)
+    return (recommended, [e for e in recorded if isinstance(e, events.SnapshotIntervalChosen)],
+            agent)
+
+
+def test_a_fixed_interval_is_told_of_another_once_not_at_every_wobble_of_the_stall() -> None:
+    """make run printed a new recommendation every few seconds as the stall moved between 11
+    and 17 ms (every 3, 4, 3, 5 steps...): only the switch from 'keep it' to 'change it' is news."""
+    recommended, chosen, agent = _fixed_every_step_under(
+        (0.012, 0.017, 0.011, 0.016, 0.012), count=40, step=0.085)
     assert len(set(recommended)) > 1, "the stalls must move the recommendation for this test"
-    chosen = [e for e in recorded if isinstance(e, events.SnapshotIntervalChosen)]
     assert len(chosen) == 2  # the start, and the first recommendation
     assert agent.paced == [1] * 5
 
@@ -170,17 +179,9 @@ def test_a_fixed_interval_is_told_of_another_once_not_at_every_wobble_of_the_sta
 def test_a_fixed_interval_is_not_told_again_when_the_stall_wobbles_across_the_share() -> None:
     """make run printed a line every few seconds as the stall moved between 3% and 7% of the
     step around the 5% share: advice given, taken back, given again. It is said once."""
-    clock = FakeClock()
-    pacer, agent, recorded = _pacer("1", clock)
-    pacer.start()
-    recommended = []
-    for stall in (0.0065, 0.0029, 0.0064, 0.0027, 0.0066):
-        _steps(agent, clock, count=100, step=0.09, stall=stall, every=1)
-        choice = pacer.review()
-        assert choice is not None
-        recommended.append(choice.recommended)
+    recommended, chosen, agent = _fixed_every_step_under(
+        (0.0065, 0.0029, 0.0064, 0.0027, 0.0066), count=100, step=0.09)
     assert 1 in recommended, "the stalls must cross the share"
     assert len(set(recommended)) > 1, "the stalls must cross the share"
-    chosen = [e for e in recorded if isinstance(e, events.SnapshotIntervalChosen)]
     assert [e.recommended for e in chosen] == [None, recommended[0]]
     assert agent.paced == [1] * 5

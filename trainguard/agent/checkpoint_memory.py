@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import logging
 import shutil
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from trainguard.agent import persister_client, snapshot_slots
 from trainguard.faults import events, replicas
 from trainguard.ipc import checkpoint_layout, messages
 
-__all__ = ["CheckpointLag", "CheckpointMemory", "CheckpointSettings", "RestoreChoice"]
+__all__ = ["CheckpointLag", "CheckpointMemory", "CheckpointSettings", "RestoreChoice",
+           "redone_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,28 @@ class CheckpointLag:
         return self.memory_step - (self.disk_step or 0)
 
 
+def redone_steps(committed: Mapping[int, int | None], restore_step: int) -> str:
+    """Why a restart from ``restore_step`` redoes completed steps, given each rank's newest
+    snapshot (``committed``); empty when it redoes none.
+
+    A rank that fails inside (or just before) its snapshot of step N+1 leaves N+1 complete on
+    its replicas only. A replica's snapshot that keeps its share stands in for it; when none
+    can (two ring neighbours lost; a rank without replicas), everyone goes back to N.
+    """
+    held = [step for step in committed.values() if step is not None]
+    newest = max(held, default=None)
+    if newest is None or newest <= restore_step:
+        return ""
+    behind = sorted(rank for rank, step in committed.items() if step is None or step < newest)
+    ahead = sorted(rank for rank, step in committed.items() if step == newest)
+    count = newest - restore_step
+    return (f"{count} completed step{'s' if count > 1 else ''} redone: ranks {ahead} hold a "
+            f"snapshot of step {newest} but ranks {behind} do not (the fault struck before "
+            f"their snapshot of it was complete), and every rank resumes at step {restore_step}, "
+            f"the newest step each rank can restore: no replica of theirs can stand in for them "
+            f"at step {newest} (none left keeps their shares, or they have no replicas)")
+
+
 class CheckpointMemory:
     def __init__(
         self,
@@ -183,15 +206,16 @@ class CheckpointMemory:
             used: dict[int, snapshot_slots.SlotState] = {}
             peers: dict[int, int] = {}
             having = [rank for rank, states in held.items() if step in states]
+            holders: dict[int, set[int]] = {}  # read from the tables once a rank lacks the step
             for rank in range(self._world_size):
                 if rank in having:
                     used[rank] = held[rank][step]
                     continue
                 if layout is None:
                     break
+                holders = holders or {r: self._slots.holders(held[r][step]) for r in having}
                 # A replica whose snapshot leaves tensors to this rank (shares) cannot stand in.
-                donors = [r for r in having if rank not in self._slots.holders(held[r][step])]
-                donor = layout.donor(rank, donors)
+                donor = layout.donor(rank, [r for r in having if rank not in holders[r]])
                 if donor is None:
                     break
                 peers[rank] = donor

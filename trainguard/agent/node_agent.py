@@ -48,7 +48,7 @@ from trainguard.detect import heartbeat
 from trainguard.faults import process, replicas
 from trainguard.ipc import messages
 
-__all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent", "redone_steps"]
+__all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,28 +61,6 @@ def free_port(address: str) -> int:
         probe.bind((address, 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def redone_steps(committed: Mapping[int, int | None], restore_step: int) -> str:
-    """Why a restart from ``restore_step`` redoes completed steps, given each rank's newest
-    snapshot (``committed``); empty when it redoes none.
-
-    A rank that fails inside (or just before) its snapshot of step N+1 leaves N+1 complete on
-    its replicas only. A replica's snapshot that keeps its share stands in for it; when none
-    can (two ring neighbours lost; a rank without replicas), everyone goes back to N.
-    """
-    held = [step for step in committed.values() if step is not None]
-    newest = max(held, default=None)
-    if newest is None or newest <= restore_step:
-        return ""
-    behind = sorted(rank for rank, step in committed.items() if step is None or step < newest)
-    ahead = sorted(rank for rank, step in committed.items() if step == newest)
-    count = newest - restore_step
-    return (f"{count} completed step{'s' if count > 1 else ''} redone: ranks {ahead} hold a "
-            f"snapshot of step {newest} but ranks {behind} do not (the fault struck before "
-            f"their snapshot of it was complete), and every rank resumes at step {restore_step}, "
-            f"the newest step each rank can restore: no replica of theirs can stand in for them "
-            f"at step {newest} (none left keeps their shares, or they have no replicas)")
 
 
 class NodeAgent:
@@ -168,8 +146,8 @@ class NodeAgent:
         restore = (await self._checkpoints.plan_restore(layout=self.layout)).read_locally()
         plan_seconds = self._clock.monotonic() - planning
         if self._generation is not None and restore.source is messages.RestoreSource.MEMORY:
-            redone = redone_steps({w.rank: w.committed_step
-                                   for w in self._generation.workers.values()}, restore.step)
+            redone = checkpoint_memory.redone_steps(
+                {w.rank: w.committed_step for w in self._generation.workers.values()}, restore.step)
             if redone:
                 self._log.warning("generation %d: %s", number, redone)
         settings = self.settings
