@@ -280,10 +280,12 @@ def test_read_with_a_custom_copy(tmp_path: Path) -> None:
 
 
 def test_flatten_replaces_tensors_by_ids() -> None:
-    first, second = torch.ones(2), torch.zeros(2)
+    first, second = torch.ones(2, requires_grad=True), torch.zeros(2)
     skeleton, tensors = snapshot.flatten({"a": first, "b": [second, first]})
     assert len(tensors) == 2
-    assert tensors[0] is not first  # detached views
+    assert tensors[0] is not first  # a detached view
+    assert not tensors[0].requires_grad
+    assert tensors[1] is second  # nothing to detach: taken as it is
     assert torch.equal(tensors[0], first)
     assert torch.equal(tensors[1], second)
     assert len(skeleton) < 200

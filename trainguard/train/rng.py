@@ -31,7 +31,7 @@ def capture() -> dict[str, Any]:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         name, keys, *rest = numpy.random.get_state()
-        states["numpy"] = (name, keys.tobytes(), str(keys.dtype), *rest)
+        states["numpy"] = (name, keys.tobytes(), keys.dtype.str, *rest)
     return states
 
 

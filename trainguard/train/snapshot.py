@@ -46,29 +46,39 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+class _TensorPickler(pickle.Pickler):
+    """Pickles a tree with each tensor replaced by its number in :attr:`tensors`; one class
+    for every call, since a class made per call costs more than pickling a small tree."""
+
+    def __init__(self, buffer: io.BytesIO, sources: list[int] | None) -> None:
+        super().__init__(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors: list[torch.Tensor] = []
+        self.index: dict[int, int] = {}
+        self.sources = sources
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if type(obj) is not torch.Tensor and not isinstance(obj, torch.Tensor):
+            return None
+        key = id(obj)
+        number = self.index.get(key)
+        if number is not None:
+            return number
+        if obj.layout is not torch.strided or obj.is_quantized:
+            raise SnapshotError(f"cannot snapshot a {obj.layout} tensor; convert it to dense")
+        number = self.index[key] = len(self.tensors)
+        self.tensors.append(obj.detach() if obj.requires_grad else obj)
+        if self.sources is not None:
+            self.sources.append(key)
+        return number
+
+
 def flatten(tree: Any, *, sources: list[int] | None = None) -> tuple[bytes, list[torch.Tensor]]:
     """Pickle ``tree`` with tensors taken out; returns (pickle, tensors by persistent id).
     ``sources``, when given, receives the ``id()`` of each tensor of the tree, in that order."""
-    tensors: list[torch.Tensor] = []
-    index: dict[int, int] = {}
     buffer = io.BytesIO()
-
-    class _Pickler(pickle.Pickler):
-        def persistent_id(self, obj: Any) -> int | None:
-            if not isinstance(obj, torch.Tensor):
-                return None
-            if obj.layout is not torch.strided or obj.is_quantized:
-                raise SnapshotError(f"cannot snapshot a {obj.layout} tensor; convert it to dense")
-            key = id(obj)
-            if key not in index:
-                index[key] = len(tensors)
-                tensors.append(obj.detach())
-                if sources is not None:
-                    sources.append(key)
-            return index[key]
-
-    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(tree)
-    return buffer.getvalue(), tensors
+    pickler = _TensorPickler(buffer, sources)
+    pickler.dump(tree)
+    return buffer.getvalue(), pickler.tensors
 
 
 @dataclasses.dataclass(frozen=True)
