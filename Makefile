@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Exactly the torch the measurements in the README were made with (the extra allows 2.13.x).
 TORCH := torch==2.13.0
 
-.PHONY: run test lint clean
+.PHONY: run test lint proto clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ lint: $(VENV)/.installed-dev
 
 test: lint
 	$(BIN)/pytest
+
+# The Python code generated from trainguard/proto/*.proto, committed beside it; the pinned
+# grpcio-tools of the dev extra makes it byte for byte (tests/proto checks it is not stale).
+proto: $(VENV)/.installed-dev
+	$(BIN)/python tools/generate_proto.py
 
 clean:
 	rm -rf $(VENV) trainguard-runs .pytest_cache .mypy_cache .ruff_cache

@@ -19,15 +19,24 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
     exit 2
 fi
 missing=$("$python" - <<'PY'
-import importlib.util
+import importlib.metadata
 import re
 import tomllib
+
+
+def installed(name):
+    # By distribution, not module: protobuf's module is google.protobuf.
+    try:
+        importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
 
 with open("pyproject.toml", "rb") as stream:
     needed = tomllib.load(stream)["project"]["dependencies"]
 names = [re.split(r"[<>=!~ \[;]", requirement, maxsplit=1)[0] for requirement in needed]
-print(" ".join(name for name in names
-               if importlib.util.find_spec(name.replace("-", "_").lower()) is None))
+print(" ".join(name for name in names if not installed(name)))
 PY
 )
 if [ -n "$missing" ]; then

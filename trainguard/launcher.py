@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -21,6 +22,7 @@ from trainguard import clock as clocks
 from trainguard import owner_only
 from trainguard.agent import (
     checkpoint_memory,
+    controller_link,
     node_agent,
     persister_client,
     rendezvous_stores,
@@ -29,10 +31,11 @@ from trainguard.agent import (
     standby_client,
     step_statistics,
 )
-from trainguard.controller import device_levels, job_controller, policy
+from trainguard.controller import agent_proxy, device_levels, job_controller, policy
 from trainguard.detect import fault_config, heartbeat
 from trainguard.faults import device_health, events
 from trainguard.ipc import checkpoint_layout
+from trainguard.proto import channel
 from trainguard.store import api as store_api
 from trainguard.store import recorder, sqlite
 from trainguard.telemetry import live, metrics
@@ -53,6 +56,7 @@ STORE_NAME = "state.db"
 LIVE_INTERVAL = 1.0  # seconds between updates of the live document and the metrics' rank view
 SNAPSHOT_REVIEW_INTERVAL = 2.0  # seconds between reviews of the snapshot interval
 CHECKPOINT_BEHIND_EXIT_CODE = 3
+CONTROLLER_LINK_TIMEOUT = 10.0  # seconds for this host's agent to first report to the controller
 """The exit code of a job that succeeded while its checkpoint on disk is behind its state in
 memory (the checkpoint directory filled up or turned read-only): the run is not done as far as
 a later resume is concerned. torchrun's codes are kept otherwise: 0 success, 1 failure."""
@@ -206,9 +210,14 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             problems=[problem.describe() for problem in problems]))
         engine = device_health.FaultEngine(table=config.config.codes,
                                            customization=config.config.customization)
+    # The controller drives this host's agent through the controller protocol, as it would
+    # an agent on another host; here the messages go through a pair of in-process queues.
+    agent_end, controller_end = channel.in_process_pair()
+    link = controller_link.ControllerLink(agent, agent_end, host=socket.gethostname())
+    proxy = agent_proxy.AgentProxy(controller_end)
     controller = job_controller.JobController(
         settings.recovery, job=agent_settings.run_id, world_size=agent_settings.nproc_per_node,
-        agent=agent, recorder=events_recorder, clock=clock, device_faults=engine)
+        agent=proxy, recorder=events_recorder, clock=clock, device_faults=engine)
     pacer = snapshot_pacing.SnapshotPacer(agent_settings, agent=agent,
                                           record=events_recorder.record, clock=clock)
     events_recorder.subscribe(tally.event)
@@ -240,7 +249,14 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
                 raise LaunchError(f"the standby process did not start: {error}") from error
             except rendezvous_stores.RendezvousError as error:
                 raise LaunchError(str(error)) from error
-            result = await controller.run()
+            serving = asyncio.create_task(link.serve(), name="trainguard-controller-link")
+            try:
+                await proxy.connect(timeout=CONTROLLER_LINK_TIMEOUT)
+                result = await controller.run()
+            finally:
+                await proxy.close()
+                link.close()
+                await asyncio.gather(serving, return_exceptions=True)
             lag = memory.lag()
             measured = events.RunMeasured(
                 job=agent_settings.run_id, steps_completed=result.resume_step,

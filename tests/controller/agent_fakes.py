@@ -1,0 +1,72 @@
+"""A node agent as the controller link sees it, for tests of the controller protocol."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from trainguard.agent import checkpoint_memory, workers
+from trainguard.faults import process, replicas
+from trainguard.ipc import messages
+
+
+class FakePump:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def tail(self) -> str:
+        return self.text
+
+
+class FakeAgent:
+    """What the controller link calls on a NodeAgent, recording the calls."""
+
+    def __init__(self) -> None:
+        self.layout = replicas.ReplicaLayout(4, 2)
+        self.spares_left = 1
+        self.generation: workers.Generation | None = None
+        self.calls: list[tuple[str, Any]] = []
+        self.refuse: str | None = None
+        self.fail: Exception | None = None
+        self.settling: asyncio.Event | None = None  # set: settle waits until it is set
+
+    def _form(self, number: int) -> workers.Generation:
+        restore = checkpoint_memory.RestoreChoice(messages.RestoreSource.MEMORY, 12, {}, "intact")
+        generation = workers.Generation(number=number, restart_count=number, master_port=29500,
+                                        started_at=5.0, restore=restore, plan_seconds=0.25,
+                                        kept=3 if number else 0)
+        for rank in range(4):
+            pump: Any = FakePump(f"stderr of rank {rank}")
+            generation.workers[rank] = workers.WorkerState(
+                rank=rank, local_rank=rank, error_file=Path("/nonexistent"), stdout=pump,
+                stderr=pump, started_at=5.0, pid=100 + rank, device=rank)
+        self.generation = generation
+        return generation
+
+    async def start_generation(self, number: int, *, restart_count: int,
+                               move: Collection[int] = ()) -> workers.Generation:
+        self.calls.append(("start", (number, restart_count, sorted(move))))
+        return self._form(number)
+
+    async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
+                      to_spares: bool) -> workers.Generation:
+        self.calls.append(("recover", (number, sorted(replace), to_spares)))
+        if self.refuse is not None:
+            raise process.RecoveryError(self.refuse)
+        return self._form(number)
+
+    async def dump(self, *, failed: Collection[int]) -> int | None:
+        self.calls.append(("dump", sorted(failed)))
+        return 17 if failed else None
+
+    async def settle(self, *, timeout: float) -> None:
+        self.calls.append(("settle", timeout))
+        if self.settling is not None:
+            await self.settling.wait()
+        if self.fail is not None:
+            raise self.fail
+
+    async def stop_workers(self) -> None:
+        self.calls.append(("stop", None))

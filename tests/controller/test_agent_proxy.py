@@ -1,0 +1,131 @@
+"""The controller drives an agent through the controller protocol only: commands with ids
+and acknowledgements, reports that keep each generation's view current, refusals and
+failures that surface as the errors the controller handles."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.controller.agent_fakes import FakeAgent
+from trainguard.agent import controller_link
+from trainguard.controller import agent_proxy
+from trainguard.faults import process, replicas
+from trainguard.ipc import messages
+from trainguard.proto import channel
+
+
+async def _connected(agent: FakeAgent) -> tuple[agent_proxy.AgentProxy, asyncio.Task[None]]:
+    agent_end, controller_end = channel.in_process_pair()
+    link_agent: Any = agent
+    link = controller_link.ControllerLink(link_agent, agent_end, host="host-a")
+    serving = asyncio.create_task(link.serve())
+    proxy = agent_proxy.AgentProxy(controller_end)
+    await proxy.connect(timeout=5)
+    return proxy, serving
+
+
+def test_a_generation_is_seen_as_its_agent_reports_it() -> None:
+    async def scenario() -> None:
+        agent = FakeAgent()
+        proxy, serving = await _connected(agent)
+        assert (proxy.host, proxy.spares_left, proxy.layout) == (
+            "host-a", 1, replicas.ReplicaLayout(4, 2))
+        view = await proxy.start_generation(0, restart_count=0, move=[3, 1])
+        assert agent.calls == [("start", (0, 0, [1, 3]))]
+        assert (view.number, view.master_port, view.started_at, view.kept) == (0, 29500, 5.0, 0)
+        assert view.restore == agent_proxy.RestoreInfo(messages.RestoreSource.MEMORY, 12,
+                                                       "intact", "memory")
+        assert view.plan_seconds == 0.25
+        assert sorted(view.workers) == [0, 1, 2, 3]
+        assert view.workers[2].alive
+        assert view.workers[2].device == 2
+        assert view.workers[2].excerpt() == ""  # no error yet: none sent
+
+        generation = agent.generation
+        assert generation is not None
+        for rank in range(4):
+            generation.begun(rank, 6.0 + rank)
+        assert await asyncio.wait_for(view.all_stepping, 5) == 9.0
+
+        worker = generation.workers[1]
+        worker.returncode, worker.exited_at, worker.completed_step = -9, 20.0, 30
+        fault = process.ProcessFault(rank=1, pid=101, kind=process.ProcessFaultKind.SIGNALED,
+                                     detected_at=20.5, returncode=-9, last_step=31)
+        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=fault))
+        assert await asyncio.wait_for(view.outcome, 5) == process.GenerationOutcome(
+            process.OutcomeKind.FAULT, fault=fault)
+        assert view.completed_step == 30
+        assert view.workers[1].returncode == -9
+        assert not view.workers[1].alive
+        assert view.workers[1].excerpt() == "stderr of rank 1"
+        assert view.workers[0].excerpt() == "stderr of rank 0"  # ended: every excerpt sent
+
+        await proxy.close()
+        await asyncio.wait_for(serving, 5)
+
+    asyncio.run(scenario())
+
+
+def test_commands_carry_their_arguments_and_results() -> None:
+    async def scenario() -> None:
+        agent = FakeAgent()
+        proxy, serving = await _connected(agent)
+        await proxy.start_generation(0, restart_count=0)
+        assert await proxy.dump(failed=[2]) == 17
+        assert await proxy.dump(failed=[]) is None
+        await proxy.settle(timeout=1.5)
+        view = await proxy.recover(1, restart_count=1, replace=[2], to_spares=True)
+        assert view.number == 1
+        assert view.kept == 3
+        assert agent.calls[1:] == [("dump", [2]), ("dump", []), ("settle", 1.5),
+                                   ("recover", (1, [2], True))]
+        await proxy.close()
+        await asyncio.wait_for(serving, 5)
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_recovery_is_a_recovery_error_and_a_failure_is_named() -> None:
+    async def scenario() -> None:
+        agent = FakeAgent()
+        proxy, serving = await _connected(agent)
+        agent.refuse = "no saved state, and the survivors progressed"
+        with pytest.raises(process.RecoveryError, match="no saved state"):
+            await proxy.recover(1, restart_count=1, replace=[0], to_spares=False)
+        agent.fail = OSError("disk gone")
+        with pytest.raises(agent_proxy.AgentCommandError,
+                           match="failed to carry out settle: OSError: disk gone"):
+            await proxy.settle(timeout=1)
+        await proxy.stop_workers()  # the agent still serves after both
+        await proxy.close()
+        await asyncio.wait_for(serving, 5)
+
+    asyncio.run(scenario())
+
+
+def test_an_agent_gone_fails_the_waiting_command_and_every_later_one() -> None:
+    async def scenario() -> None:
+        agent_end, controller_end = channel.in_process_pair()
+        proxy = agent_proxy.AgentProxy(controller_end)
+        agent_end.send(b"")  # not an envelope: the agent's end is unreadable
+        with pytest.raises(agent_proxy.AgentCommandError, match="went away before it reported"):
+            await proxy.connect(timeout=5)
+        with pytest.raises(agent_proxy.AgentCommandError, match="the agent is gone"):
+            await proxy.stop_workers()
+        await proxy.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_agent_that_never_reports_is_named_after_the_timeout() -> None:
+    async def scenario() -> None:
+        _, controller_end = channel.in_process_pair()
+        proxy = agent_proxy.AgentProxy(controller_end)
+        with pytest.raises(agent_proxy.AgentCommandError, match=r"did not report within 0.1 s"):
+            await proxy.connect(timeout=0.1)
+        await proxy.close()
+
+    asyncio.run(scenario())

@@ -1,0 +1,101 @@
+"""The controller protocol over a real gRPC stream on loopback: the controller serves, an
+agent connects and carries out commands, and either end's going is seen by the other."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+from tests.controller.agent_fakes import FakeAgent
+from trainguard.agent import controller_link
+from trainguard.controller import agent_proxy
+from trainguard.faults import process
+from trainguard.proto import grpc_channel
+
+
+def test_the_controller_drives_an_agent_across_a_grpc_stream() -> None:
+    async def scenario() -> tuple[list[Any], list[tuple[str, Any]]]:
+        seen: list[Any] = []
+
+        async def drive(channel: Any, peer: str) -> None:
+            proxy = agent_proxy.AgentProxy(channel)
+            await proxy.connect(timeout=10)
+            seen.append((proxy.host, proxy.spares_left, peer.startswith("ipv4:127.0.0.1")))
+            view = await proxy.start_generation(0, restart_count=0)
+            generation = agent.generation
+            assert generation is not None
+            for rank in range(4):
+                generation.begun(rank, 1.0 + rank)
+            seen.append(await asyncio.wait_for(view.all_stepping, 10))
+            seen.append(await proxy.dump(failed=[1]))
+            agent.refuse = "cannot form it"
+            with pytest.raises(process.RecoveryError, match="cannot"):
+                await proxy.recover(1, restart_count=1, replace=[1], to_spares=False)
+            await proxy.close()
+
+        agent = FakeAgent()
+        server = grpc_channel.ControlServer(drive)
+        port = await server.start("127.0.0.1:0")
+        try:
+            connection = await grpc_channel.connect(f"127.0.0.1:{port}", timeout=10)
+            link_agent: Any = agent
+            link = controller_link.ControllerLink(link_agent, connection.channel, host="host-b")
+            # The controller's handler returns and its stream ends: the agent's serving ends.
+            await asyncio.wait_for(link.serve(), 30)
+            await connection.disconnect()
+        finally:
+            await server.stop()
+        return seen, agent.calls
+
+    seen, calls = asyncio.run(scenario())
+    assert seen == [("host-b", 1, True), 4.0, 17]
+    assert [name for name, _ in calls] == ["start", "dump", "recover"]
+
+
+def test_an_agent_that_goes_away_fails_the_controllers_waiting_command() -> None:
+    async def scenario() -> str:
+        failed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def drive(channel: Any, _: str) -> None:
+            proxy = agent_proxy.AgentProxy(channel)
+            await proxy.connect(timeout=10)
+            try:
+                await proxy.settle(timeout=60)
+            except agent_proxy.AgentCommandError as error:
+                failed.set_result(str(error))
+
+        server = grpc_channel.ControlServer(drive)
+        port = await server.start("127.0.0.1:0")
+        try:
+            connection = await grpc_channel.connect(f"127.0.0.1:{port}", timeout=10)
+            agent = FakeAgent()
+            agent.settling = asyncio.Event()  # never set: the agent is busy settling
+            link_agent: Any = agent
+            link = controller_link.ControllerLink(link_agent, connection.channel, host="host-c")
+            serving = asyncio.create_task(link.serve())
+            while not agent.calls:  # the command arrived
+                await asyncio.sleep(0.01)
+            await connection.disconnect()  # the agent's host goes, mid-command
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+            return await asyncio.wait_for(failed, 30)
+        finally:
+            await server.stop()
+
+    assert "the agent is gone" in asyncio.run(scenario())
+
+
+def test_a_controller_that_does_not_answer_is_named_with_its_address() -> None:
+    async def scenario() -> None:
+        # A port nobody listens on: bound and closed.
+        server = grpc_channel.ControlServer(lambda *_: asyncio.sleep(0))
+        port = await server.start("127.0.0.1:0")
+        await server.stop()
+        with pytest.raises(ConnectionError, match=rf"127.0.0.1:{port} did not answer within 0.5 s"):
+            await grpc_channel.connect(f"127.0.0.1:{port}", timeout=0.5)
+
+    asyncio.run(scenario())

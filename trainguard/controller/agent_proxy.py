@@ -1,0 +1,258 @@
+"""The controller's end of the controller protocol: a node agent seen only through messages.
+
+:class:`AgentProxy` is the :class:`~trainguard.controller.api.AgentHandle` the job controller
+drives. Each call becomes a command with an id; its acknowledgement brings the result and the
+agent's state, and the agent's reports in between keep each generation's view current (its
+workers, its progress, its end). What the controller knows of a host is what the host said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from trainguard.faults import process, replicas
+from trainguard.ipc import messages
+from trainguard.proto import channel as channels
+from trainguard.proto import codec
+from trainguard.proto import control_pb2 as pb
+
+__all__ = ["AgentCommandError", "AgentProxy", "GenerationView", "RestoreInfo", "WorkerInfo"]
+
+logger = logging.getLogger(__name__)
+
+
+class AgentCommandError(RuntimeError):
+    """The agent failed while carrying out a command, or went away before answering."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    rank: int
+    returncode: int | None
+    stopping: bool
+    exited_at: float | None
+    alive: bool
+    in_process: bool
+    left: messages.LeftGeneration | None
+    device: int
+    error: str
+
+    def excerpt(self) -> str:
+        return self.error
+
+    @classmethod
+    def from_pb(cls, message: pb.Worker) -> WorkerInfo:
+        return cls(rank=message.rank,
+                   returncode=message.returncode if message.HasField("returncode") else None,
+                   stopping=message.stopping,
+                   exited_at=message.exited_at if message.HasField("exited_at") else None,
+                   alive=message.alive, in_process=message.in_process,
+                   left=codec.left_from_pb(message.left) if message.HasField("left") else None,
+                   device=message.device, error=message.excerpt)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreInfo:
+    source: messages.RestoreSource
+    step: int
+    note: str
+    label: str
+
+
+class GenerationView:
+    """A generation as its agent reported it last (:class:`~trainguard.controller.api.
+    GenerationHandle`)."""
+
+    def __init__(self, message: pb.Generation) -> None:
+        loop = asyncio.get_running_loop()
+        self.outcome: asyncio.Future[process.GenerationOutcome] = loop.create_future()
+        self.all_stepping: asyncio.Future[float] = loop.create_future()
+        self.number = message.number
+        self.master_port = message.master_port
+        self.started_at = message.started_at
+        self.kept = message.kept
+        self.plan_seconds = message.plan_seconds
+        try:
+            source = messages.RestoreSource(message.restore.source)
+        except ValueError as error:
+            raise codec.ProtocolError(f"generation {message.number}: {error}") from error
+        self.restore = RestoreInfo(source, message.restore.step, message.restore.note,
+                                   message.restore.label)
+        self.workers: Mapping[int, WorkerInfo] = {}
+        self.completed_step: int | None = None
+        self.update(message)
+
+    def update(self, message: pb.Generation) -> None:
+        self.workers = {w.rank: WorkerInfo.from_pb(w) for w in message.workers}
+        if message.HasField("completed_step"):
+            step = message.completed_step
+            self.completed_step = step if self.completed_step is None else max(
+                step, self.completed_step)
+        if message.HasField("all_stepping_at") and not self.all_stepping.done():
+            self.all_stepping.set_result(message.all_stepping_at)
+        if message.HasField("outcome") and not self.outcome.done():
+            self.outcome.set_result(codec.outcome_from_pb(message.outcome))
+
+
+class AgentProxy:
+    def __init__(self, channel: channels.Channel) -> None:
+        self._channel = channel
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[pb.Ack]] = {}
+        self._generations: dict[int, GenerationView] = {}
+        self._agent: pb.AgentState | None = None
+        self._seq = 0
+        self._known = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+        self._gone: BaseException | None = None
+
+    async def connect(self, *, timeout: float) -> None:
+        """Start reading the agent's messages; returns once the agent has said who it is.
+
+        Raises:
+            AgentCommandError: it did not within ``timeout`` seconds, or went away.
+        """
+        self._reader = asyncio.create_task(self._read(), name="trainguard-agent-proxy")
+        try:
+            await asyncio.wait_for(self._known.wait(), timeout)
+        except TimeoutError:
+            raise AgentCommandError(f"the agent did not report within {timeout:g} s") from None
+        if self._agent is None:
+            raise AgentCommandError(f"the agent went away before it reported: {self._gone}")
+
+    async def close(self) -> None:
+        self._channel.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+    @property
+    def host(self) -> str:
+        return self._state().host
+
+    @property
+    def spares_left(self) -> int:
+        return self._state().spares_left
+
+    @property
+    def layout(self) -> replicas.ReplicaLayout:
+        state = self._state()
+        return replicas.ReplicaLayout(state.world_size, state.dp_size)
+
+    def _state(self) -> pb.AgentState:
+        if self._agent is None:
+            raise AgentCommandError("the agent has not reported yet (connect first)")
+        return self._agent
+
+    # --- the agent's commands (api.AgentHandle) ------------------------------------------------
+
+    async def start_generation(self, number: int, *, restart_count: int,
+                               move: Collection[int] = ()) -> GenerationView:
+        ack = await self._command(start_generation=pb.StartGeneration(
+            number=number, restart_count=restart_count, move=sorted(move)))
+        return self._formed(ack)
+
+    async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
+                      to_spares: bool) -> GenerationView:
+        ack = await self._command(recover=pb.Recover(
+            number=number, restart_count=restart_count, replace=sorted(replace),
+            to_spares=to_spares))
+        return self._formed(ack)
+
+    async def dump(self, *, failed: Collection[int]) -> int | None:
+        ack = await self._command(dump=pb.Dump(failed=sorted(failed)))
+        return ack.dump.step if ack.dump.HasField("step") else None
+
+    async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
+        await self._command(complete_snapshots=pb.CompleteSnapshots(
+            failed_rank=failed_rank, timeout=timeout))
+
+    async def stop_workers(self) -> None:
+        await self._command(stop_workers=pb.StopWorkers())
+
+    async def graceful_stop(self) -> None:
+        await self._command(graceful_stop=pb.GracefulStop())
+
+    async def settle(self, *, timeout: float) -> None:
+        await self._command(settle=pb.Settle(timeout=timeout))
+
+    async def flush_checkpoints(self) -> None:
+        await self._command(flush_checkpoints=pb.FlushCheckpoints())
+
+    # --- messages ------------------------------------------------------------------------------
+
+    async def _command(self, **kind: Any) -> pb.Ack:
+        """Send one command and wait for its acknowledgement.
+
+        Raises:
+            process.RecoveryError: the agent refused it (the recovery cannot be formed).
+            AgentCommandError: the agent failed, or went away.
+        """
+        if self._gone is not None:
+            raise AgentCommandError(f"the agent is gone: {self._gone}")
+        command = pb.Command(id=next(self._ids), **kind)
+        answered: asyncio.Future[pb.Ack] = asyncio.get_running_loop().create_future()
+        self._pending[command.id] = answered
+        try:
+            self._channel.send(codec.pack(pb.Envelope(command=command)))
+            ack = await answered
+        finally:
+            self._pending.pop(command.id, None)
+        result = ack.WhichOneof("result")
+        if result == "refused":
+            raise process.RecoveryError(ack.refused.reason)
+        if result == "failed":
+            raise AgentCommandError(f"the agent failed to carry out {command.WhichOneof('kind')}"
+                                    f": {ack.failed.error}")
+        return ack
+
+    def _formed(self, ack: pb.Ack) -> GenerationView:
+        if ack.WhichOneof("result") != "generation":
+            raise codec.ProtocolError("the agent formed a generation but did not describe it")
+        return self._generations[ack.generation.number]
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                envelope = codec.unpack(await self._channel.receive())
+                body = envelope.WhichOneof("body")
+                if body == "report":
+                    self._apply(envelope.report)
+                elif body == "ack":
+                    ack = envelope.ack
+                    if ack.WhichOneof("result") == "generation":
+                        # Known before anything after the ack is read: its reports may follow
+                        # before the command's caller resumes.
+                        self._generations.setdefault(ack.generation.number,
+                                                     GenerationView(ack.generation))
+                    self._apply(ack.report)
+                    waiting = self._pending.get(envelope.ack.command_id)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(ack)
+                else:
+                    logger.error("the agent sent a %s: ignored", body)
+        except (channels.ChannelClosedError, codec.ProtocolError) as error:
+            self._gone = error
+            self._known.set()
+            for waiting in self._pending.values():
+                if not waiting.done():
+                    waiting.set_exception(AgentCommandError(f"the agent is gone: {error}"))
+
+    def _apply(self, report: pb.Report) -> None:
+        """Reports arrive in order; one older than the last applied is stale and dropped."""
+        if report.seq <= self._seq:
+            return
+        self._seq = report.seq
+        self._agent = report.agent
+        self._known.set()
+        if report.HasField("generation"):
+            view = self._generations.get(report.generation.number)
+            if view is not None:
+                view.update(report.generation)

@@ -1,0 +1,271 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Envelope(_message.Message):
+    __slots__ = ("version", "command", "ack", "report")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    command: Command
+    ack: Ack
+    report: Report
+    def __init__(self, version: _Optional[int] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ...) -> None: ...
+
+class Command(_message.Message):
+    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "graceful_stop", "settle", "flush_checkpoints")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    START_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    RECOVER_FIELD_NUMBER: _ClassVar[int]
+    DUMP_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    STOP_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    GRACEFUL_STOP_FIELD_NUMBER: _ClassVar[int]
+    SETTLE_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    start_generation: StartGeneration
+    recover: Recover
+    dump: Dump
+    complete_snapshots: CompleteSnapshots
+    stop_workers: StopWorkers
+    graceful_stop: GracefulStop
+    settle: Settle
+    flush_checkpoints: FlushCheckpoints
+    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., graceful_stop: _Optional[_Union[GracefulStop, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ...) -> None: ...
+
+class StartGeneration(_message.Message):
+    __slots__ = ("number", "restart_count", "move")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MOVE_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    restart_count: int
+    move: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., move: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Recover(_message.Message):
+    __slots__ = ("number", "restart_count", "replace", "to_spares")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    TO_SPARES_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    restart_count: int
+    replace: _containers.RepeatedScalarFieldContainer[int]
+    to_spares: bool
+    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., replace: _Optional[_Iterable[int]] = ..., to_spares: _Optional[bool] = ...) -> None: ...
+
+class Dump(_message.Message):
+    __slots__ = ("failed",)
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    failed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, failed: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CompleteSnapshots(_message.Message):
+    __slots__ = ("failed_rank", "timeout")
+    FAILED_RANK_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    failed_rank: int
+    timeout: float
+    def __init__(self, failed_rank: _Optional[int] = ..., timeout: _Optional[float] = ...) -> None: ...
+
+class StopWorkers(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GracefulStop(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Settle(_message.Message):
+    __slots__ = ("timeout",)
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    timeout: float
+    def __init__(self, timeout: _Optional[float] = ...) -> None: ...
+
+class FlushCheckpoints(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("command_id", "done", "generation", "dump", "refused", "failed", "report")
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DUMP_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    command_id: int
+    done: Done
+    generation: Generation
+    dump: DumpResult
+    refused: Refusal
+    failed: Failure
+    report: Report
+    def __init__(self, command_id: _Optional[int] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., dump: _Optional[_Union[DumpResult, _Mapping]] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ...) -> None: ...
+
+class Done(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DumpResult(_message.Message):
+    __slots__ = ("step",)
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    def __init__(self, step: _Optional[int] = ...) -> None: ...
+
+class Refusal(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class Failure(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    def __init__(self, error: _Optional[str] = ...) -> None: ...
+
+class Report(_message.Message):
+    __slots__ = ("seq", "agent", "generation")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    agent: AgentState
+    generation: Generation
+    def __init__(self, seq: _Optional[int] = ..., agent: _Optional[_Union[AgentState, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ...) -> None: ...
+
+class AgentState(_message.Message):
+    __slots__ = ("host", "world_size", "dp_size", "spares_left")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DP_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SPARES_LEFT_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    world_size: int
+    dp_size: int
+    spares_left: int
+    def __init__(self, host: _Optional[str] = ..., world_size: _Optional[int] = ..., dp_size: _Optional[int] = ..., spares_left: _Optional[int] = ...) -> None: ...
+
+class Generation(_message.Message):
+    __slots__ = ("number", "master_port", "started_at", "kept", "restore", "plan_seconds", "workers", "completed_step", "all_stepping_at", "outcome")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_FIELD_NUMBER: _ClassVar[int]
+    PLAN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_STEP_FIELD_NUMBER: _ClassVar[int]
+    ALL_STEPPING_AT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    master_port: int
+    started_at: float
+    kept: int
+    restore: Restore
+    plan_seconds: float
+    workers: _containers.RepeatedCompositeFieldContainer[Worker]
+    completed_step: int
+    all_stepping_at: float
+    outcome: Outcome
+    def __init__(self, number: _Optional[int] = ..., master_port: _Optional[int] = ..., started_at: _Optional[float] = ..., kept: _Optional[int] = ..., restore: _Optional[_Union[Restore, _Mapping]] = ..., plan_seconds: _Optional[float] = ..., workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ..., completed_step: _Optional[int] = ..., all_stepping_at: _Optional[float] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ...) -> None: ...
+
+class Restore(_message.Message):
+    __slots__ = ("source", "step", "note", "label")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    step: int
+    note: str
+    label: str
+    def __init__(self, source: _Optional[str] = ..., step: _Optional[int] = ..., note: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+
+class Worker(_message.Message):
+    __slots__ = ("rank", "returncode", "stopping", "exited_at", "alive", "in_process", "left", "device", "excerpt")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    RETURNCODE_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_FIELD_NUMBER: _ClassVar[int]
+    EXITED_AT_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    IN_PROCESS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    EXCERPT_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    returncode: int
+    stopping: bool
+    exited_at: float
+    alive: bool
+    in_process: bool
+    left: Left
+    device: int
+    excerpt: str
+    def __init__(self, rank: _Optional[int] = ..., returncode: _Optional[int] = ..., stopping: _Optional[bool] = ..., exited_at: _Optional[float] = ..., alive: _Optional[bool] = ..., in_process: _Optional[bool] = ..., left: _Optional[_Union[Left, _Mapping]] = ..., device: _Optional[int] = ..., excerpt: _Optional[str] = ...) -> None: ...
+
+class Left(_message.Message):
+    __slots__ = ("generation", "step", "error", "code", "time")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    step: int
+    error: str
+    code: str
+    time: float
+    def __init__(self, generation: _Optional[int] = ..., step: _Optional[int] = ..., error: _Optional[str] = ..., code: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
+
+class Outcome(_message.Message):
+    __slots__ = ("kind", "fault", "detail")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FAULT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    fault: Fault
+    detail: str
+    def __init__(self, kind: _Optional[str] = ..., fault: _Optional[_Union[Fault, _Mapping]] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class Fault(_message.Message):
+    __slots__ = ("rank", "pid", "kind", "detected_at", "returncode", "last_step", "occurred_at", "injected", "detail", "error_excerpt", "code", "alive", "device", "level")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DETECTED_AT_FIELD_NUMBER: _ClassVar[int]
+    RETURNCODE_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    INJECTED_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_EXCERPT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    pid: int
+    kind: str
+    detected_at: float
+    returncode: int
+    last_step: int
+    occurred_at: float
+    injected: str
+    detail: str
+    error_excerpt: str
+    code: str
+    alive: bool
+    device: str
+    level: str
+    def __init__(self, rank: _Optional[int] = ..., pid: _Optional[int] = ..., kind: _Optional[str] = ..., detected_at: _Optional[float] = ..., returncode: _Optional[int] = ..., last_step: _Optional[int] = ..., occurred_at: _Optional[float] = ..., injected: _Optional[str] = ..., detail: _Optional[str] = ..., error_excerpt: _Optional[str] = ..., code: _Optional[str] = ..., alive: _Optional[bool] = ..., device: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
