@@ -70,8 +70,8 @@ from typing import Any
 import psutil
 
 from benchmarks import common
-from trainguard.faults import device_health, fault_codes
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent, UpgradeType
+from trainguard.faults.device import device_health, fault_codes
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent, UpgradeType
 from trainguard.faults.levels import Level
 
 NAME = "fault_engine"

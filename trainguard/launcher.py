@@ -31,10 +31,11 @@ from trainguard.agent import (
     standby_client,
     step_statistics,
 )
-from trainguard.controller import agent_proxy, device_levels, job_controller, policy
-from trainguard.detect import fault_config, heartbeat
-from trainguard.faults import device_health, events
+from trainguard.controller import agent_proxy, device_levels, fault_config, job_controller, policy
+from trainguard.detect import heartbeat
+from trainguard.faults.device import device_health
 from trainguard.ipc import checkpoint_layout
+from trainguard.job import events
 from trainguard.proto import channel
 from trainguard.store import api as store_api
 from trainguard.store import recorder, sqlite

@@ -18,9 +18,9 @@ from trainguard.agent import persister
 from trainguard.agent.checkpoint_memory import CheckpointMemory, CheckpointSettings, RestoreChoice
 from trainguard.agent.persister_client import PersisterClient
 from trainguard.agent.snapshot_slots import SnapshotSlots
-from trainguard.faults import events
 from trainguard.ipc import messages, snapshot_layout
 from trainguard.ipc.checkpoint_layout import CheckpointDirectory
+from trainguard.job import events
 from trainguard.train import snapshot
 
 T = TypeVar("T")

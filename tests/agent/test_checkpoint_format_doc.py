@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from trainguard.agent.snapshot_slots import SnapshotSlots
-from trainguard.faults import replicas
 from trainguard.ipc import snapshot_layout
+from trainguard.job import replicas
 from trainguard.train import replica_shares, snapshot
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "checkpoint-format.md"

@@ -14,10 +14,10 @@ from trainguard.agent import persister
 from trainguard.agent.checkpoint_memory import CheckpointMemory, CheckpointSettings, RestoreChoice
 from trainguard.agent.persister_client import PersisterClient, PersisterLostError
 from trainguard.agent.snapshot_slots import SnapshotSlots
-from trainguard.faults import events
-from trainguard.faults.replicas import ReplicaLayout
 from trainguard.ipc import messages
 from trainguard.ipc.checkpoint_layout import CheckpointDirectory
+from trainguard.job import events
+from trainguard.job.replicas import ReplicaLayout
 from trainguard.train import snapshot
 
 T = TypeVar("T")

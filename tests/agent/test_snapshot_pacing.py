@@ -8,7 +8,8 @@ import pytest
 
 from trainguard.agent import snapshot_pacing, step_statistics, workers
 from trainguard.agent.settings import AgentSettings
-from trainguard.faults import events, process
+from trainguard.faults import process
+from trainguard.job import events
 
 
 class FakeClock:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import common, fault_engine, summary
-from trainguard.faults import customization, device_health
-from trainguard.faults.device_events import Assertion
+from trainguard.faults.device import customization, device_health
+from trainguard.faults.device.device_events import Assertion
 
 _SMALL = ["--devices", "400", "--events", "2000", "--seed", "1", "--no-pin"]
 

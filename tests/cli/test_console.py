@@ -11,7 +11,8 @@ from rich.console import Console
 
 from trainguard.cli import console
 from trainguard.controller import job_controller, policy
-from trainguard.faults import events, levels, process
+from trainguard.faults import levels, process
+from trainguard.job import events
 from trainguard.launcher import RunReport
 
 JOB = "job"

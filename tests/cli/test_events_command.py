@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from trainguard import clock as clocks
 from trainguard.cli import events_command, main
-from trainguard.faults import events
+from trainguard.job import events
 from trainguard.launcher import STORE_NAME
 from trainguard.store import api, recorder, sqlite
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from trainguard.faults import events
+from trainguard.job import events
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
 

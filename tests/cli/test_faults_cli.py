@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from trainguard.cli.main import app
-from trainguard.detect.fault_config import ConfigKind
+from trainguard.controller.fault_config import ConfigKind
 
 DATA = Path(str(resources.files("trainguard.faults").joinpath("data")))
 

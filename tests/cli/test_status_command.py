@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from trainguard import clock as clocks
 from trainguard.agent import node_agent, step_statistics
 from trainguard.cli import main, runs
-from trainguard.faults import events, process
+from trainguard.faults import process
+from trainguard.job import events
 from trainguard.launcher import STORE_NAME
 from trainguard.store import recorder, sqlite
 from trainguard.telemetry import live

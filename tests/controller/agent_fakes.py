@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.agent import checkpoint_memory, workers
-from trainguard.faults import process, replicas
+from trainguard.faults import process
 from trainguard.ipc import messages
+from trainguard.job import replicas
 
 
 class FakePump:

@@ -12,8 +12,9 @@ import pytest
 from tests.controller.agent_fakes import FakeAgent
 from trainguard.agent import controller_link
 from trainguard.controller import agent_proxy
-from trainguard.faults import process, replicas
+from trainguard.faults import process
 from trainguard.ipc import messages
+from trainguard.job import replicas
 from trainguard.proto import channel
 
 

@@ -12,8 +12,9 @@ import pytest
 
 from trainguard import clock as clocks
 from trainguard.controller import api, job_controller, policy
-from trainguard.faults import events, process, replicas
+from trainguard.faults import process
 from trainguard.ipc import messages
+from trainguard.job import events, replicas
 from trainguard.store import recorder, sqlite
 
 JOB = "demo"

@@ -27,9 +27,11 @@ from tests.controller.test_controller_job_controller import (
     run_scenario,
 )
 from trainguard.controller import api, job_controller, policy
-from trainguard.faults import device_health, events, process, replicas
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults import process
+from trainguard.faults.device import device_health
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
+from trainguard.job import events, replicas
 from trainguard.store import recorder, sqlite
 
 UCE = "80E01801"  # RestartBusiness, retryable; twice in 24 h -> ManuallySeparateNPU

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 from tests.controller.test_controller_job_controller import FakeClock
-from trainguard.controller import device_levels
-from trainguard.detect import fault_config
-from trainguard.faults import device_health, events
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent
+from trainguard.controller import device_levels, fault_config
+from trainguard.faults.device import device_health
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
+from trainguard.job import events
 
 TIMEOUT = 10.0
 

@@ -16,7 +16,8 @@ from tests.controller.test_controller_job_controller import (
     run_scenario,
 )
 from trainguard.controller import policy
-from trainguard.faults import events, process
+from trainguard.faults import process
+from trainguard.job import events
 from trainguard.store import sqlite
 
 

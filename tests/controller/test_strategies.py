@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from trainguard.controller import policy
 from trainguard.controller.policy import Strategy
 from trainguard.faults import process
-from trainguard.faults.replicas import ReplicaLayout
+from trainguard.job.replicas import ReplicaLayout
 
 Kind = process.ProcessFaultKind
 

@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 
 from trainguard.faults.config_problems import Action, ConfigProblem
-from trainguard.faults.customization import (
+from trainguard.faults.device.customization import (
     Customization,
     DurationRule,
     FrequencyRule,

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from trainguard.faults import device_health, fault_codes, process
+from trainguard.faults import process
+from trainguard.faults.device import device_health, fault_codes
 from trainguard.faults.levels import Level
 
 

@@ -7,20 +7,20 @@ from collections.abc import Iterable, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainguard.faults.customization import (
+from trainguard.faults.device.customization import (
     Customization,
     DurationRule,
     FrequencyRule,
     default_customization,
 )
-from trainguard.faults.device_events import (
+from trainguard.faults.device.device_events import (
     Assertion,
     DeviceFaultEvent,
     UpgradeReason,
     UpgradeType,
 )
-from trainguard.faults.escalation import Escalation, EscalationState
-from trainguard.faults.fault_codes import NETWORK_CODES
+from trainguard.faults.device.escalation import Escalation, EscalationState
+from trainguard.faults.device.fault_codes import NETWORK_CODES
 from trainguard.faults.levels import Level
 
 DAY = 86400.0

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainguard.faults import fault_codes
 from trainguard.faults.config_problems import Action, ConfigProblem
-from trainguard.faults.fault_codes import CodeTable, Severity, code_key
+from trainguard.faults.device import fault_codes
+from trainguard.faults.device.fault_codes import CodeTable, Severity, code_key
 from trainguard.faults.levels import Level
 
 LINK_DOWN = 0x81078603  # RoCE link down: a network code

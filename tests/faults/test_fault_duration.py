@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent
-from trainguard.faults.fault_duration import DurationTrack, Flip
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.device.fault_duration import DurationTrack, Flip
 
 FAULT_TIMEOUT = 20.0
 RECOVER_TIMEOUT = 60.0

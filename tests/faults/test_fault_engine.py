@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainguard.faults import customization as customizations
-from trainguard.faults import device_health, fault_codes, replay
-from trainguard.faults.device_events import (
+from trainguard.faults.device import customization as customizations
+from trainguard.faults.device import device_health, fault_codes, replay
+from trainguard.faults.device.device_events import (
     Assertion,
     DeviceFaultEvent,
     UpgradeReason,
     UpgradeType,
 )
-from trainguard.faults.fault_codes import Severity
+from trainguard.faults.device.fault_codes import Severity
 from trainguard.faults.levels import FaultType, Level, ResetPolicy
 
 DEVICE = "npu-0"

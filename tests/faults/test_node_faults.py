@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainguard.faults.config_problems import Action, ConfigProblem
-from trainguard.faults.node_faults import (
+from trainguard.faults.node.node_faults import (
     FaultDevice,
     NodeCodeTable,
     NodeFaultDevice,
@@ -19,7 +19,7 @@ from trainguard.faults.node_faults import (
     default_node_table,
     node_info,
 )
-from trainguard.faults.switch_faults import NodeStatus
+from trainguard.faults.node.switch_faults import NodeStatus
 
 FILE = "NodeDConfiguration.json"
 NOT_HANDLE = "0100000D"

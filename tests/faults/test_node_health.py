@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from trainguard.faults import (
-    device_health,
-    node_faults,
-    node_health,
-    public_messages,
-    switch_faults,
-)
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent
-from trainguard.faults.fault_codes import Severity
+from trainguard.faults.device import device_health
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.device.fault_codes import Severity
 from trainguard.faults.levels import FaultType, Level, ResetPolicy
+from trainguard.faults.node import node_faults, node_health, switch_faults
+from trainguard.faults.public import public_messages
 
 SEPARATE_IPMI = "2C000031"  # NodeDConfiguration.json SeparateFaultCodes
 PRE_SEPARATE_IPMI = "0000001D"

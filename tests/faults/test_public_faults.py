@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from trainguard.faults.config_problems import Action
 from trainguard.faults.levels import Level
-from trainguard.faults.public_faults import (
+from trainguard.faults.public.public_faults import (
     BUILTIN_MEANINGS,
     PublicCode,
     PublicCodeType,

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainguard.faults.device_events import Assertion
+from trainguard.faults.device.device_events import Assertion
 from trainguard.faults.levels import Level
-from trainguard.faults.public_faults import PublicFaultConfig
-from trainguard.faults.public_messages import (
+from trainguard.faults.public.public_faults import PublicFaultConfig
+from trainguard.faults.public.public_messages import (
     Influence,
     NodePublicFault,
     PublicFault,

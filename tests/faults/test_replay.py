@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from trainguard.faults import device_health, replay
 from trainguard.faults.config_problems import Action
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent, UpgradeType
+from trainguard.faults.device import device_health, replay
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent, UpgradeType
 from trainguard.faults.levels import FaultType, Level, ResetPolicy
 
 LINK_DOWN = "81078603"

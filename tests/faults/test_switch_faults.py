@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainguard.faults.config_problems import Action, ConfigProblem
-from trainguard.faults.device_events import Assertion
-from trainguard.faults.fault_codes import Severity
-from trainguard.faults.switch_faults import (
+from trainguard.faults.device.device_events import Assertion
+from trainguard.faults.device.fault_codes import Severity
+from trainguard.faults.node.switch_faults import (
     MAX_CODE_LENGTH,
     FaultTimeAndLevel,
     NodeStatus,

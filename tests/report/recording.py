@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from trainguard import clock as clocks
-from trainguard.faults import events, process
+from trainguard.faults import process
+from trainguard.job import events
 from trainguard.store import api as store_api
 
 __all__ = ["Recording", "decision", "fault", "recovered", "sample", "started"]

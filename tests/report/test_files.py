@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.report.recording import Recording, decision, fault, started
-from trainguard.faults import events
+from trainguard.job import events
 from trainguard.report import files, timeline
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.report.recording import Recording, decision, fault, recovered, sample, started
-from trainguard.faults import events
+from trainguard.job import events
 from trainguard.report import api, timeline
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from trainguard import clock as clocks
-from trainguard.faults import events, process
+from trainguard.faults import process
+from trainguard.job import events
 from trainguard.store import api, recorder, sqlite
 
 ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")

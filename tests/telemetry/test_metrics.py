@@ -11,7 +11,7 @@ from prometheus_client import parser
 
 from trainguard.agent import step_statistics
 from trainguard.cli import run_command
-from trainguard.faults import events
+from trainguard.job import events
 from trainguard.telemetry import live, metrics
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainguard.faults import replicas
 from trainguard.ipc import snapshot_layout
+from trainguard.job import replicas
 from trainguard.train import replica_shares, snapshot
 
 

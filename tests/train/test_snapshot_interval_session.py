@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tests.train.fake_agent import FakeAgent
-from trainguard.faults import replicas
 from trainguard.ipc import messages
+from trainguard.job import replicas
 from trainguard.train import agent_memory, replica_shares, session
 
 

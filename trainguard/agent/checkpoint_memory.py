@@ -25,8 +25,8 @@ from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.agent import persister_client, snapshot_slots
-from trainguard.faults import events, replicas
 from trainguard.ipc import checkpoint_layout, messages
+from trainguard.job import events, replicas
 
 __all__ = ["CheckpointLag", "CheckpointMemory", "CheckpointSettings", "RestoreChoice",
            "redone_steps"]

@@ -45,8 +45,9 @@ from trainguard.agent import (
 )
 from trainguard.agent.settings import AgentSettings
 from trainguard.detect import heartbeat
-from trainguard.faults import process, replicas
+from trainguard.faults import process
 from trainguard.ipc import messages
+from trainguard.job import replicas
 
 __all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
 

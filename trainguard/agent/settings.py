@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from trainguard.agent import fault_injection, snapshot_interval, worker_output, workers
-from trainguard.faults import replicas
+from trainguard.job import replicas
 
 __all__ = ["AgentSettings"]
 

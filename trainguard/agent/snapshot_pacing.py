@@ -17,7 +17,7 @@ from typing import Protocol
 from trainguard import clock as clocks
 from trainguard.agent import snapshot_interval, step_statistics
 from trainguard.agent.settings import AgentSettings
-from trainguard.faults import events
+from trainguard.job import events
 
 __all__ = ["Paced", "SnapshotPacer"]
 

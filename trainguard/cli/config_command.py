@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import typer
 
 from trainguard.cli import run_command
-from trainguard.detect import fault_config
-from trainguard.faults import fault_codes
+from trainguard.controller import fault_config
+from trainguard.faults.device import fault_codes
 
 __all__ = ["config_app", "effective"]
 

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from trainguard.agent import step_statistics
 from trainguard.controller import job_controller, policy
-from trainguard.faults import events, levels
+from trainguard.faults import levels
+from trainguard.job import events
 from trainguard.launcher import RunReport
 
 __all__ = ["ConsoleObserver", "render_summary"]

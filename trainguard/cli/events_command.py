@@ -19,7 +19,7 @@ from trainguard import clock as clocks
 from trainguard import testing
 from trainguard.cli import durations, runs
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
-from trainguard.faults import events
+from trainguard.job import events
 from trainguard.store import api
 
 __all__ = ["format_event", "parse_since", "show_events"]

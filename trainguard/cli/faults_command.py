@@ -9,8 +9,10 @@ from typing import Annotated
 import typer
 
 from trainguard.clock import iso_utc
-from trainguard.detect import fault_config
-from trainguard.faults import device_health, explain, public_messages, replay
+from trainguard.controller import fault_config
+from trainguard.faults import explain
+from trainguard.faults.device import device_health, replay
+from trainguard.faults.public import public_messages
 
 __all__ = ["faults_app"]
 

@@ -35,8 +35,8 @@ from trainguard.cli import config_file, settings_flags, torchrun_flags
 from trainguard.cli import console as console_output
 from trainguard.controller import policy
 from trainguard.detect import heartbeat
-from trainguard.faults import replicas
 from trainguard.ipc import messages
+from trainguard.job import replicas
 
 __all__ = ["DEFAULT_RUN_ROOT", "UsageError", "build_settings", "config_keys", "effective",
            "known_environment", "load_config", "main", "parser"]

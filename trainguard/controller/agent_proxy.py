@@ -16,8 +16,9 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from trainguard.faults import process, replicas
+from trainguard.faults import process
 from trainguard.ipc import messages
+from trainguard.job import replicas
 from trainguard.proto import channel as channels
 from trainguard.proto import codec
 from trainguard.proto import control_pb2 as pb

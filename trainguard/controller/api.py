@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
-from trainguard.faults import process, replicas
+from trainguard.faults import process
 from trainguard.ipc import messages
+from trainguard.job import replicas
 
 __all__ = ["AgentHandle", "GenerationHandle", "RestoreView", "WorkerView"]
 

@@ -9,8 +9,9 @@ import asyncio
 from collections.abc import Callable
 
 from trainguard import clock as clocks
-from trainguard.detect import fault_config
-from trainguard.faults import device_health, events
+from trainguard.controller import fault_config
+from trainguard.faults.device import device_health
+from trainguard.job import events
 
 __all__ = ["watch"]
 

@@ -15,9 +15,11 @@ from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.controller import api, policy
-from trainguard.faults import device_health, events, process
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults import process
+from trainguard.faults.device import device_health
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
+from trainguard.job import events
 from trainguard.store import recorder
 
 __all__ = ["ISOLATING", "FaultRecord", "JobController", "JobResult"]

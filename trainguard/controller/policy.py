@@ -36,7 +36,8 @@ import enum
 import signal
 from collections.abc import Collection, Sequence
 
-from trainguard.faults import levels, process, replicas
+from trainguard.faults import levels, process
+from trainguard.job import replicas
 
 __all__ = ["CHAIN", "DEFAULT_STRATEGIES", "Decision", "FaultContext", "RecoverySettings",
            "Strategy", "decide", "fit_to_job", "may_be_crash_loop", "parse_strategies"]

@@ -12,9 +12,11 @@ import functools
 import json
 from importlib import resources
 
-from trainguard.faults import customization as customizations
-from trainguard.faults import device_health, fault_codes, node_faults, public_faults, switch_faults
+from trainguard.faults.device import customization as customizations
+from trainguard.faults.device import device_health, fault_codes
 from trainguard.faults.levels import reset_policy
+from trainguard.faults.node import node_faults, switch_faults
+from trainguard.faults.public import public_faults
 
 __all__ = ["Explanation", "explain"]
 

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import signal
 
-from trainguard.faults import device_health, fault_codes
+from trainguard.faults.device import device_health, fault_codes
 from trainguard.faults.levels import Level
 
 __all__ = [

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainguard.controller import policy
-from trainguard.faults import events
+from trainguard.job import events
 from trainguard.report import api
 from trainguard.store import api as store_api
 

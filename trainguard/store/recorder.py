@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainguard import clock as clocks
-from trainguard.faults import events
+from trainguard.job import events
 from trainguard.store import api
 
 __all__ = ["EventRecorder"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.agent import step_statistics
-from trainguard.faults import events
+from trainguard.job import events
 
 __all__ = ["VERSION", "JobTally", "LiveDocument", "RankStatus", "document_name"]
 

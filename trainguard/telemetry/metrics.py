@@ -27,7 +27,7 @@ from prometheus_client import core, registry
 
 from trainguard import clock as clocks
 from trainguard.agent import step_statistics
-from trainguard.faults import events
+from trainguard.job import events
 from trainguard.telemetry import live
 
 __all__ = ["MetricsExporter", "MetricsServer"]

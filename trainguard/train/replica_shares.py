@@ -1,6 +1,6 @@
 """Snapshot state that data-parallel replicas share in shares, each kept by two replicas.
 
-The ``dp`` replicas of a replica group (:class:`trainguard.faults.replicas.ReplicaLayout`) hold
+The ``dp`` replicas of a replica group (:class:`trainguard.job.replicas.ReplicaLayout`) hold
 identical model and optimizer state, so copying all of it on every rank writes the same bytes
 ``dp`` times into the host's memory. With shares, the replicated tensors (everything under the
 tree's ``"state"`` except the keys named per-rank) are split into ``dp`` contiguous runs of
@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 import xxhash
 
-from trainguard.faults import replicas
+from trainguard.job import replicas
 from trainguard.train import snapshot
 
 __all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "kept",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from trainguard.faults.fault_codes import Severity
+from trainguard.faults.device.fault_codes import Severity
 from trainguard.faults.levels import Level
 
 __all__ = ["Assertion", "DeviceFaultEvent", "UpgradeReason", "UpgradeType"]

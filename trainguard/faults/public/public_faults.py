@@ -16,7 +16,7 @@ disagreement is not reported. A code in several lists takes the most serious one
 original does. A code in no list is unknown, and faults carrying it are dropped.
 
 ``publicCustomization.json`` replaces the system file as a whole (reading the files, and
-refusing a symbolic link, is :mod:`trainguard.detect.fault_config`'s). Its lists are checked as
+refusing a symbolic link, is :mod:`trainguard.controller.fault_config`'s). Its lists are checked as
 the system file's are: an entry that is not a well-formed code is skipped and reported; a file
 whose shape is wrong (not an object, a section missing or of the wrong type) is refused as a
 whole, as the original's parser refuses it.

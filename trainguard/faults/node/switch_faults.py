@@ -38,8 +38,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 
 from trainguard.faults.config_problems import Action, ConfigProblem
-from trainguard.faults.device_events import Assertion
-from trainguard.faults.fault_codes import Severity
+from trainguard.faults.device.device_events import Assertion
+from trainguard.faults.device.fault_codes import Severity
 
 __all__ = [
     "MAX_CODE_LENGTH",

@@ -43,15 +43,15 @@ from array import array
 from bisect import bisect_left, insort
 from collections.abc import Callable
 
-from trainguard.faults.customization import Customization
-from trainguard.faults.device_events import (
+from trainguard.faults.device.customization import Customization
+from trainguard.faults.device.device_events import (
     Assertion,
     DeviceFaultEvent,
     UpgradeReason,
     UpgradeType,
 )
-from trainguard.faults.fault_codes import CodeKey, code_key
-from trainguard.faults.fault_duration import DurationTrack, Flip
+from trainguard.faults.device.fault_codes import CodeKey, code_key
+from trainguard.faults.device.fault_duration import DurationTrack, Flip
 from trainguard.faults.levels import Level
 
 __all__ = ["Escalation", "EscalationState"]

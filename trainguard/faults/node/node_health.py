@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from trainguard.faults import device_health, node_faults, public_messages, switch_faults
+from trainguard.faults.device import device_health
 from trainguard.faults.levels import FaultType, Level, most_serious
+from trainguard.faults.node import node_faults, switch_faults
+from trainguard.faults.public import public_messages
 
 __all__ = ["NODE_LEVELS", "SWITCH_LEVELS", "node_entry", "public_entries", "with_node"]
 

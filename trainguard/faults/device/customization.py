@@ -30,7 +30,7 @@ from importlib import resources
 from typing import TypeGuard, TypeVar
 
 from trainguard.faults.config_problems import Action, ConfigProblem
-from trainguard.faults.fault_codes import LINK_DOWN, CodeKey, code_key, is_code
+from trainguard.faults.device.fault_codes import LINK_DOWN, CodeKey, code_key, is_code
 from trainguard.faults.levels import Level
 
 __all__ = ["Customization", "DurationRule", "FrequencyRule", "GraceTolerance",

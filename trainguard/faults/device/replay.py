@@ -23,10 +23,10 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 
-from trainguard.faults import customization as customizations
-from trainguard.faults import device_health, fault_codes
 from trainguard.faults.config_problems import ConfigProblem
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent, UpgradeReason
+from trainguard.faults.device import customization as customizations
+from trainguard.faults.device import device_health, fault_codes
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent, UpgradeReason
 from trainguard.faults.levels import FaultType, Level, ResetPolicy
 
 __all__ = ["LevelChange", "TimelineError", "TimelineRecord", "parse_time", "parse_timeline",

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainguard.faults import customization, fault_codes, node_faults, public_faults, switch_faults
 from trainguard.faults.config_problems import Action, ConfigProblem
+from trainguard.faults.device import customization, fault_codes
+from trainguard.faults.node import node_faults, switch_faults
+from trainguard.faults.public import public_faults
 
 __all__ = ["ConfigKind", "FaultConfig", "FaultConfigDirectory", "kind_of", "parse_file"]
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import NamedTuple
 
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 
 __all__ = ["DurationTrack", "Flip"]
 

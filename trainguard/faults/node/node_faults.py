@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 
 from trainguard.faults.config_problems import Action, ConfigProblem
-from trainguard.faults.switch_faults import NodeStatus
+from trainguard.faults.node.switch_faults import NodeStatus
 
 __all__ = [
     "FaultDevice",

@@ -41,9 +41,9 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import TypeGuard, TypeVar
 
-from trainguard.faults.device_events import Assertion
+from trainguard.faults.device.device_events import Assertion
 from trainguard.faults.levels import Level
-from trainguard.faults.public_faults import PublicFaultConfig
+from trainguard.faults.public.public_faults import PublicFaultConfig
 
 __all__ = [
     "CAPACITY",

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainguard.faults.replicas import ReplicaLayout
+from trainguard.job.replicas import ReplicaLayout
 
 
 def test_world_8_dp_4_pairs_ranks_two_apart() -> None:

@@ -23,9 +23,9 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from trainguard.faults import customization as customizations
-from trainguard.faults import escalation, fault_codes
-from trainguard.faults.device_events import Assertion, DeviceFaultEvent, UpgradeReason
+from trainguard.faults.device import customization as customizations
+from trainguard.faults.device import escalation, fault_codes
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent, UpgradeReason
 from trainguard.faults.levels import (
     SEVERITY,
     FaultType,

@@ -11,17 +11,13 @@ from typing import Any
 
 import pytest
 
-from trainguard.detect import fault_config
-from trainguard.detect.fault_config import ConfigKind, FaultConfigDirectory
-from trainguard.faults import (
-    customization,
-    fault_codes,
-    node_faults,
-    public_faults,
-    switch_faults,
-)
+from trainguard.controller import fault_config
+from trainguard.controller.fault_config import ConfigKind, FaultConfigDirectory
 from trainguard.faults.config_problems import Action, ConfigProblem
+from trainguard.faults.device import customization, fault_codes
 from trainguard.faults.levels import Level
+from trainguard.faults.node import node_faults, switch_faults
+from trainguard.faults.public import public_faults
 
 UCE = 0x80E01801
 GRACE = {"WaitProcessReadCMTime": 30, "WaitDeviceResetTime": 150, "WaitFaultSelfHealingTime": 15}
