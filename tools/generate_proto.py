@@ -6,6 +6,7 @@ grpcio-tools, whose compiler makes the same bytes each time, and a test compares
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +27,11 @@ def generate(into: Path) -> list[Path]:
                           *(str(p.relative_to(ROOT)) for p in protos)])
     if status != 0:
         raise RuntimeError(f"protoc failed with status {status}")
-    return sorted(path for path in into.rglob("*") if path.name.endswith(SUFFIXES))
+    # gRPC code only for files that define a service; for the others it would be empty.
+    serviceless = {f"{proto.stem}_pb2_grpc.py" for proto in protos
+                   if not re.search(r"^service ", proto.read_text(), re.MULTILINE)}
+    return sorted(path for path in into.rglob("*")
+                  if path.name.endswith(SUFFIXES) and path.name not in serviceless)
 
 
 def main() -> int:

@@ -21,6 +21,7 @@ from trainguard.agent.snapshot_slots import SnapshotSlots
 from trainguard.ipc import messages, snapshot_layout
 from trainguard.ipc.checkpoint_layout import CheckpointDirectory
 from trainguard.job import events
+from trainguard.proto import helpers_pb2 as pb
 from trainguard.train import snapshot
 
 T = TypeVar("T")
@@ -64,14 +65,13 @@ def persist_to_disk(root: Path, step: int, writer: Callable[..., int],
         shards = []
         for rank in range(world_size):
             seq = writer(own, rank, 0, make_state(step, rank), step=step, world_size=world_size)
-            shards.append({"rank": rank, "path": own.path(rank, 0), "seq": seq})
-        reply = persister.persist({"op": "persist", "id": 1, "step": step,
-                                   "world_size": world_size, "root": str(root), "keep": 10,
-                                   "bandwidth": 0, "shards": shards})
+            shards.append(pb.Shard(rank=rank, path=own.path(rank, 0), seq=seq))
+        reply = persister.persist(pb.Persist(step=step, world_size=world_size, root=str(root),
+                                             keep=10, shards=shards))
     finally:
         own.close()
-    assert reply["op"] == "persisted"
-    return Path(reply["path"])
+    assert reply.WhichOneof("kind") == "persisted"
+    return Path(reply.persisted.path)
 
 
 def record_checksum(slots: SnapshotSlots, rank: int, slot: int) -> None:
@@ -378,10 +378,11 @@ class OutrunPersister:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def call(self, command: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, request: pb.PersisterRequest) -> pb.PersisterReply:
         self.calls += 1
-        return {"op": "persist-failed", "step": command["step"], "overwritten": True,
-                "error": "rank 1: snapshot 3 was overwritten (now 5)"}
+        return pb.PersisterReply(persist_failed=pb.PersistFailed(
+            step=request.persist.step, overwritten=True,
+            error="rank 1: snapshot 3 was overwritten (now 5)"))
 
     async def close(self) -> None:
         return None

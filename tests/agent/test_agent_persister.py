@@ -14,25 +14,36 @@ from trainguard.agent import persister
 from trainguard.agent.snapshot_slots import SnapshotSlots
 from trainguard.ipc import checkpoint_layout, snapshot_layout
 from trainguard.ipc.checkpoint_layout import CheckpointDirectory
+from trainguard.proto import helpers_pb2 as pb
 from trainguard.train import snapshot
 
 
 def write_step(slots: SnapshotSlots, writer: Callable[..., int],
                make_state: Callable[..., dict[str, Any]], step: int, *, slot: int = 0,
-               world_size: int = 2, numel: int = 256) -> list[dict[str, object]]:
+               world_size: int = 2, numel: int = 256) -> list[pb.Shard]:
     """Every rank writes ``step`` into ``slot``; returns the persist command's shards."""
-    shards: list[dict[str, object]] = []
+    shards: list[pb.Shard] = []
     for rank in range(world_size):
         seq = writer(slots, rank, slot, make_state(step, rank, numel=numel), step=step,
                      world_size=world_size)
-        shards.append({"rank": rank, "path": slots.path(rank, slot), "seq": seq})
+        shards.append(pb.Shard(rank=rank, path=slots.path(rank, slot), seq=seq))
     return shards
 
 
-def persist_command(root: Path, step: int, shards: list[dict[str, object]], *,
-                    keep: int = 3, bandwidth: int = 0) -> dict[str, Any]:
-    return {"op": "persist", "id": 11, "step": step, "world_size": len(shards),
-            "root": str(root), "keep": keep, "bandwidth": bandwidth, "shards": shards}
+def persist_command(root: Path, step: int, shards: list[pb.Shard], *,
+                    keep: int = 3, bandwidth: int = 0) -> pb.Persist:
+    return pb.Persist(step=step, world_size=len(shards), root=str(root), keep=keep,
+                      bandwidth=bandwidth, shards=shards)
+
+
+def persisted(reply: pb.PersisterReply) -> pb.Persisted:
+    assert reply.WhichOneof("kind") == "persisted", reply
+    return reply.persisted
+
+
+def failed(reply: pb.PersisterReply) -> pb.PersistFailed:
+    assert reply.WhichOneof("kind") == "persist_failed", reply
+    return reply.persist_failed
 
 
 def test_persist_writes_a_checkpoint_that_verifies(
@@ -41,17 +52,15 @@ def test_persist_writes_a_checkpoint_that_verifies(
     root = tmp_path / "checkpoints"
     shards = write_step(slots, writer, make_state, 5)
 
-    reply = persister.persist(persist_command(root, 5, shards))
+    reply = persisted(persister.persist(persist_command(root, 5, shards)))
 
     final = root / "step-000000005"
     ends = [header.end for header in (slots.header(0, 0), slots.header(1, 0)) if header]
-    assert reply["op"] == "persisted"
-    assert reply["id"] == 11
-    assert reply["step"] == 5
-    assert reply["path"] == str(final)
-    assert reply["nbytes"] == sum(ends)
-    assert reply["removed"] == []
-    assert reply["seconds"] >= 0
+    assert reply.step == 5
+    assert reply.path == str(final)
+    assert reply.nbytes == sum(ends)
+    assert list(reply.removed) == []
+    assert reply.seconds >= 0
     directory = CheckpointDirectory(root)
     manifest = directory.read_manifest(final)
     assert manifest.step == 5
@@ -84,7 +93,7 @@ def test_persist_records_the_checksum_in_the_memory_slot(
         header = slots.header(rank, 0)
         assert header is not None
         assert header.has_checksum
-        assert header.checksum_seq == shards[rank]["seq"]
+        assert header.checksum_seq == shards[rank].seq
         assert header.checksum == manifest.shards[rank].checksum
         [state] = slots.committed(rank)
         assert slots.verify(state) is None
@@ -111,14 +120,12 @@ def test_a_slot_overwritten_before_the_copy_fails_the_persist(
     shards = write_step(slots, writer, make_state, 5)
     writer(slots, 1, 0, make_state(7, 1), step=7)  # rank 1 reused the slot
 
-    reply = persister.persist(persist_command(root, 5, shards))
+    reply = failed(persister.persist(persist_command(root, 5, shards)))
 
-    assert reply["op"] == "persist-failed"
-    assert reply["overwritten"] is True
-    assert reply["step"] == 5
-    assert reply["id"] == 11
-    assert f"snapshot {shards[1]['seq']} was overwritten" in reply["error"]
-    assert reply["error"].startswith("rank 1:")
+    assert reply.overwritten
+    assert reply.step == 5
+    assert f"snapshot {shards[1].seq} was overwritten" in reply.error
+    assert reply.error.startswith("rank 1:")
     assert CheckpointDirectory(root).step_dirs() == []
     assert not root.exists() or list(root.iterdir()) == []
 
@@ -127,11 +134,10 @@ def test_a_seq_differing_from_the_command_fails_the_persist(
         tmp_path: Path, slots: SnapshotSlots, writer: Callable[..., int],
         make_state: Callable[..., dict[str, Any]]) -> None:
     shards = write_step(slots, writer, make_state, 5)
-    shards[0] = dict(shards[0], seq=int(str(shards[0]["seq"])) + 2)
-    reply = persister.persist(persist_command(tmp_path, 5, shards))
-    assert reply["op"] == "persist-failed"
-    assert reply["overwritten"] is True
-    assert reply["error"].startswith("rank 0:")
+    shards[0].seq += 2
+    reply = failed(persister.persist(persist_command(tmp_path, 5, shards)))
+    assert reply.overwritten
+    assert reply.error.startswith("rank 0:")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -139,10 +145,9 @@ def test_a_slot_of_another_step_fails_the_persist(
         tmp_path: Path, slots: SnapshotSlots, writer: Callable[..., int],
         make_state: Callable[..., dict[str, Any]]) -> None:
     shards = write_step(slots, writer, make_state, 5)
-    reply = persister.persist(persist_command(tmp_path, 6, shards))
-    assert reply["op"] == "persist-failed"
-    assert reply["overwritten"] is False
-    assert reply["error"] == "rank 0: slot holds step 5, not 6"
+    reply = failed(persister.persist(persist_command(tmp_path, 6, shards)))
+    assert not reply.overwritten
+    assert reply.error == "rank 0: slot holds step 5, not 6"
     assert list(tmp_path.iterdir()) == []
     header = slots.header(0, 0)
     assert header is not None
@@ -151,11 +156,10 @@ def test_a_slot_of_another_step_fails_the_persist(
 
 def test_an_empty_slot_fails_the_persist(tmp_path: Path, slots: SnapshotSlots) -> None:
     path, _ = slots.grant(0, 0, 4096)
-    reply = persister.persist(persist_command(tmp_path, 1, [{"rank": 0, "path": path,
-                                                             "seq": 2}]))
-    assert reply["op"] == "persist-failed"
-    assert reply["overwritten"] is False
-    assert "rank 0: not a trainguard snapshot" in reply["error"]
+    reply = failed(persister.persist(persist_command(tmp_path, 1, [pb.Shard(rank=0, path=path,
+                                                                             seq=2)])))
+    assert not reply.overwritten
+    assert "rank 0: not a trainguard snapshot" in reply.error
 
 
 def test_an_unwritable_root_fails_the_persist(
@@ -163,19 +167,18 @@ def test_an_unwritable_root_fails_the_persist(
         make_state: Callable[..., dict[str, Any]]) -> None:
     (tmp_path / "file").write_text("")
     shards = write_step(slots, writer, make_state, 5)
-    reply = persister.persist(persist_command(tmp_path / "file" / "ckpt", 5, shards))
-    assert reply["op"] == "persist-failed"
-    assert reply["overwritten"] is False
-    assert "Not a directory" in reply["error"]
+    reply = failed(persister.persist(persist_command(tmp_path / "file" / "ckpt", 5, shards)))
+    assert not reply.overwritten
+    assert "Not a directory" in reply.error
 
 
 def test_persist_replaces_a_checkpoint_of_the_same_step(
         tmp_path: Path, slots: SnapshotSlots, writer: Callable[..., int],
         make_state: Callable[..., dict[str, Any]]) -> None:
     first = write_step(slots, writer, make_state, 5, slot=0)
-    assert persister.persist(persist_command(tmp_path, 5, first))["op"] == "persisted"
+    persisted(persister.persist(persist_command(tmp_path, 5, first)))
     second = write_step(slots, writer, make_state, 5, slot=1, numel=512)
-    assert persister.persist(persist_command(tmp_path, 5, second))["op"] == "persisted"
+    persisted(persister.persist(persist_command(tmp_path, 5, second)))
     directory = CheckpointDirectory(tmp_path)
     manifest = directory.read_manifest(tmp_path / "step-000000005")
     directory.verify(tmp_path / "step-000000005", manifest)
@@ -191,9 +194,8 @@ def test_retention_keeps_the_newest(
     removed: list[list[str]] = []
     for step in range(1, 5):
         shards = write_step(slots, writer, make_state, step, slot=step % 2)
-        reply = persister.persist(persist_command(tmp_path, step, shards, keep=2))
-        assert reply["op"] == "persisted"
-        removed.append(reply["removed"])
+        reply = persisted(persister.persist(persist_command(tmp_path, step, shards, keep=2)))
+        removed.append(list(reply.removed))
     assert removed == [[], [], [str(directory.step_dir(1))], [str(directory.step_dir(2))]]
     assert [step for step, _ in directory.step_dirs()] == [4, 3]
     for _, path in directory.step_dirs():
@@ -211,30 +213,30 @@ def test_bandwidth_limit_slows_the_write(
         written += header.end - snapshot_layout.HEADER_SIZE
     bandwidth = 4 << 20
     started = time.monotonic()
-    reply = persister.persist(persist_command(tmp_path, 5, shards, bandwidth=bandwidth))
+    reply = persisted(persister.persist(persist_command(tmp_path, 5, shards,
+                                                        bandwidth=bandwidth)))
     elapsed = time.monotonic() - started
-    assert reply["op"] == "persisted"
     assert elapsed >= 0.9 * written / bandwidth
-    assert reply["seconds"] >= 0.9 * written / bandwidth
+    assert reply.seconds >= 0.9 * written / bandwidth
 
 
 def test_hash_records_checksums_in_the_slots(
         slots: SnapshotSlots, writer: Callable[..., int],
         make_state: Callable[..., dict[str, Any]]) -> None:
     shards = write_step(slots, writer, make_state, 5)
-    reply = persister._hash({"op": "hash", "id": 3, "shards": shards})
-    assert reply["op"] == "hashed"
-    assert reply["id"] == 3
-    assert [(result["rank"], result["seq"]) for result in reply["results"]] == [
-        (0, shards[0]["seq"]), (1, shards[1]["seq"])]
-    for rank, result in enumerate(reply["results"]):
+    reply = persister._hash(pb.Hash(shards=shards))
+    assert reply.WhichOneof("kind") == "hashed"
+    results = reply.hashed.results
+    assert [(result.rank, result.seq) for result in results] == [
+        (0, shards[0].seq), (1, shards[1].seq)]
+    for rank, result in enumerate(results):
         header = slots.header(rank, 0)
         assert header is not None
         assert header.has_checksum
-        assert header.checksum == result["checksum"]
+        assert header.checksum == result.checksum
         with open(slots.path(rank, 0), "rb") as stream:
             data = stream.read(header.end)
-        assert result["checksum"] == xxhash.xxh3_64_intdigest(
+        assert result.checksum == xxhash.xxh3_64_intdigest(
             data[snapshot_layout.HEADER_SIZE:])
 
 
@@ -243,8 +245,8 @@ def test_hash_skips_an_overwritten_slot(
         make_state: Callable[..., dict[str, Any]]) -> None:
     shards = write_step(slots, writer, make_state, 5)
     writer(slots, 0, 0, make_state(7, 0), step=7)
-    reply = persister._hash({"op": "hash", "id": 4, "shards": shards})
-    assert [result["rank"] for result in reply["results"]] == [1]
+    reply = persister._hash(pb.Hash(shards=shards))
+    assert [result.rank for result in reply.hashed.results] == [1]
     header = slots.header(0, 0)
     assert header is not None
     assert header.step == 7

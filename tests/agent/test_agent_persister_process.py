@@ -15,24 +15,25 @@ import pytest
 from trainguard.agent.persister_client import PersisterClient, PersisterLostError
 from trainguard.agent.snapshot_slots import SnapshotSlots
 from trainguard.ipc.checkpoint_layout import CheckpointDirectory
+from trainguard.proto import helpers_pb2 as pb
 
 CALL_TIMEOUT = 60.0
 
 
 def write_step(slots: SnapshotSlots, writer: Callable[..., int],
                make_state: Callable[..., dict[str, Any]], step: int, *, slot: int,
-               numel: int = 256) -> list[dict[str, object]]:
-    shards: list[dict[str, object]] = []
+               numel: int = 256) -> list[pb.Shard]:
+    shards: list[pb.Shard] = []
     for rank in range(2):
         seq = writer(slots, rank, slot, make_state(step, rank, numel=numel), step=step)
-        shards.append({"rank": rank, "path": slots.path(rank, slot), "seq": seq})
+        shards.append(pb.Shard(rank=rank, path=slots.path(rank, slot), seq=seq))
     return shards
 
 
-def persist(root: Path, step: int, shards: list[dict[str, object]], *,
-            bandwidth: int = 0) -> dict[str, Any]:
-    return {"op": "persist", "step": step, "world_size": 2, "root": str(root), "keep": 3,
-            "bandwidth": bandwidth, "shards": shards}
+def persist(root: Path, step: int, shards: list[pb.Shard], *,
+            bandwidth: int = 0) -> pb.PersisterRequest:
+    return pb.PersisterRequest(persist=pb.Persist(step=step, world_size=2, root=str(root),
+                                                  keep=3, bandwidth=bandwidth, shards=shards))
 
 
 async def shut(client: PersisterClient) -> None:
@@ -50,11 +51,11 @@ def test_call_persists_and_hashes(
         make_state: Callable[..., dict[str, Any]]) -> None:
     shards = write_step(slots, writer, make_state, 5, slot=0)
 
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any], int | None, int]:
+    async def scenario() -> tuple[pb.PersisterReply, pb.PersisterReply, int | None, int]:
         client = PersisterClient(env=os.environ)
         try:
             hashed = await asyncio.wait_for(
-                client.call({"op": "hash", "shards": shards}), CALL_TIMEOUT)
+                client.call(pb.PersisterRequest(hash=pb.Hash(shards=shards))), CALL_TIMEOUT)
             persisted = await asyncio.wait_for(client.call(persist(tmp_path, 5, shards)),
                                                CALL_TIMEOUT)
             return hashed, persisted, client.pid, client.restarts
@@ -65,12 +66,10 @@ def test_call_persists_and_hashes(
     assert pid is not None
     assert pid != os.getpid()
     assert restarts == 0
-    assert hashed["op"] == "hashed"
-    assert hashed["id"] == 1
-    assert [result["rank"] for result in hashed["results"]] == [0, 1]
-    assert persisted["op"] == "persisted"
-    assert persisted["id"] == 2
-    assert persisted["path"] == str(tmp_path / "step-000000005")
+    assert hashed.WhichOneof("kind") == "hashed"
+    assert [result.rank for result in hashed.hashed.results] == [0, 1]
+    assert persisted.WhichOneof("kind") == "persisted"
+    assert persisted.persisted.path == str(tmp_path / "step-000000005")
     directory = CheckpointDirectory(tmp_path)
     manifest = directory.read_manifest(tmp_path / "step-000000005")
     directory.verify(tmp_path / "step-000000005", manifest)
@@ -78,7 +77,7 @@ def test_call_persists_and_hashes(
         header = slots.header(rank, 0)
         assert header is not None
         assert header.has_checksum
-        assert header.checksum == hashed["results"][rank]["checksum"]
+        assert header.checksum == hashed.hashed.results[rank].checksum
         assert header.checksum == manifest.shards[rank].checksum
 
 
@@ -100,12 +99,12 @@ def test_persister_killed_mid_write_costs_only_that_checkpoint(
     first = write_step(slots, writer, make_state, 1, slot=0)
     second = write_step(slots, writer, make_state, 2, slot=1, numel=1 << 20)  # 4 MiB per rank
 
-    async def scenario() -> tuple[BaseException | None, list[int], int, dict[str, Any]]:
+    async def scenario() -> tuple[BaseException | None, list[int], int, pb.PersisterReply]:
         client = PersisterClient(env=os.environ)
         try:
             done = await asyncio.wait_for(client.call(persist(tmp_path, 1, first)),
                                           CALL_TIMEOUT)
-            assert done["op"] == "persisted"
+            assert done.WhichOneof("kind") == "persisted"
             # 8 MiB at 1 MiB/s: the write takes about 8 s, and it is killed within it.
             call = asyncio.create_task(
                 client.call(persist(tmp_path, 2, second, bandwidth=1 << 20)))
@@ -134,7 +133,7 @@ def test_persister_killed_mid_write_costs_only_that_checkpoint(
     assert f"exited with {-signal.SIGKILL}" in str(lost)
     assert complete_after_kill == [1]
     assert restarts == 1
-    assert retried["op"] == "persisted"
+    assert retried.WhichOneof("kind") == "persisted"
     directory = CheckpointDirectory(tmp_path)
     for step in (1, 2):
         path = directory.step_dir(step)

@@ -18,6 +18,7 @@ from trainguard.ipc import messages
 from trainguard.ipc.checkpoint_layout import CheckpointDirectory
 from trainguard.job import events
 from trainguard.job.replicas import ReplicaLayout
+from trainguard.proto import helpers_pb2 as pb
 from trainguard.train import snapshot
 
 T = TypeVar("T")
@@ -33,30 +34,36 @@ MakeState = Callable[..., dict[str, Any]]
 class FakePersister:
     """Records the commands; answers each with ``reply`` (or the result of ``answer``)."""
 
-    def __init__(self, *, reply: dict[str, Any] | None = None,
-                 answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    def __init__(self, *, reply: pb.PersisterReply | None = None,
+                 answer: Callable[[pb.Persist], pb.PersisterReply] | None = None,
                  lost: bool = False) -> None:
-        self.commands: list[dict[str, Any]] = []
+        self.commands: list[pb.Persist] = []
         self._reply = reply
         self._answer = answer
         self._lost = lost
         self.closed = False
 
-    async def call(self, command: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, request: pb.PersisterRequest) -> pb.PersisterReply:
+        command = request.persist
         self.commands.append(command)
         if self._lost:
             raise PersisterLostError("the persister exited with -9")
         if self._answer is not None:
-            return self._answer(dict(command, id=len(self.commands)))
+            return self._answer(command)
         assert self._reply is not None
-        return dict(self._reply, step=command["step"])
+        reply = pb.PersisterReply()
+        reply.CopyFrom(self._reply)
+        kind = reply.WhichOneof("kind")
+        assert kind is not None
+        getattr(reply, kind).step = command.step
+        return reply
 
     async def close(self) -> None:
         self.closed = True
 
 
-PERSISTED = {"op": "persisted", "path": "/ckpt/step-x", "nbytes": 1234, "seconds": 0.5,
-             "removed": []}
+PERSISTED = pb.PersisterReply(persisted=pb.Persisted(path="/ckpt/step-x", nbytes=1234,
+                                                    seconds=0.5))
 
 
 def run_with(slots: SnapshotSlots, root: Path, use: Callable[[CheckpointMemory], Awaitable[T]],
@@ -100,14 +107,13 @@ def persist_to_disk(root: Path, step: int, writer: Writer, make_state: MakeState
         shards = []
         for rank in range(WORLD):
             seq = writer(own, rank, 0, make_state(step, rank), step=step, world_size=WORLD)
-            shards.append({"rank": rank, "path": own.path(rank, 0), "seq": seq})
-        reply = persister.persist({"op": "persist", "id": 1, "step": step, "world_size": WORLD,
-                                   "root": str(root), "keep": 10, "bandwidth": 0,
-                                   "shards": shards})
+            shards.append(pb.Shard(rank=rank, path=own.path(rank, 0), seq=seq))
+        reply = persister.persist(pb.Persist(step=step, world_size=WORLD, root=str(root),
+                                             keep=10, shards=shards))
     finally:
         own.close()
-    assert reply["op"] == "persisted"
-    return Path(reply["path"])
+    assert reply.WhichOneof("kind") == "persisted"
+    return Path(reply.persisted.path)
 
 
 # --- plan_restore ------------------------------------------------------------------------------
@@ -374,13 +380,13 @@ def test_dump_saves_the_lost_ranks_state_from_a_replica(
 
     assert (step, persisted) == (4, 4)
     [command] = fake.commands
-    assert {key: command[key] for key in ("op", "step", "world_size", "root", "keep")} == {
-        "op": "persist", "step": 4, "world_size": WORLD, "root": str(root), "keep": 3}
-    assert command["shards"] == [
-        {"rank": 0, "path": slots.path(0, 1), "seq": seqs[0], "as_rank": 0},
-        {"rank": 0, "path": slots.path(0, 1), "seq": seqs[0], "as_rank": 1},
-        {"rank": 2, "path": slots.path(2, 1), "seq": seqs[2], "as_rank": 2},
-        {"rank": 3, "path": slots.path(3, 1), "seq": seqs[3], "as_rank": 3},
+    assert (command.step, command.world_size, command.root, command.keep) == (
+        4, WORLD, str(root), 3)
+    assert list(command.shards) == [
+        pb.Shard(rank=0, path=slots.path(0, 1), seq=seqs[0], as_rank=0),
+        pb.Shard(rank=0, path=slots.path(0, 1), seq=seqs[0], as_rank=1),
+        pb.Shard(rank=2, path=slots.path(2, 1), seq=seqs[2], as_rank=2),
+        pb.Shard(rank=3, path=slots.path(3, 1), seq=seqs[3], as_rank=3),
     ]
     assert recorded == [events.CheckpointPersisted(job=JOB, step=4, path="/ckpt/step-x",
                                                    nbytes=1234, seconds=0.5)]
@@ -396,7 +402,7 @@ def test_dump_with_pairs_uses_the_lost_ranks_own_part(
 
     assert run_with(slots, tmp_path / "ckpt", use, fake=fake) == 4
     [command] = fake.commands
-    assert [(shard["rank"], shard["as_rank"]) for shard in command["shards"]] == [
+    assert [(shard.rank, shard.as_rank) for shard in command.shards] == [
         (2, 0), (3, 1), (2, 2), (3, 3)]
 
 
@@ -438,7 +444,7 @@ def test_dump_with_nothing_in_memory_saves_nothing(tmp_path: Path, slots: Snapsh
 
 
 @pytest.mark.parametrize("fake", [
-    FakePersister(reply={"op": "persist-failed", "error": "disk full", "overwritten": False}),
+    FakePersister(reply=pb.PersisterReply(persist_failed=pb.PersistFailed(error="disk full"))),
     FakePersister(lost=True),
 ], ids=["failed", "lost"])
 def test_dump_that_the_persister_does_not_finish_returns_none(

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from trainguard.faults import process
 from trainguard.faults.levels import Level
 from trainguard.ipc import messages
-from trainguard.proto import codec
+from trainguard.proto import codec, versioned
 from trainguard.proto import control_pb2 as pb
 
 _maybe_int = st.none() | st.integers(min_value=-(2**31), max_value=2**31 - 1)
@@ -48,28 +48,29 @@ def test_leaving_round_trips(generation: int, step: int | None, error: str, code
 def test_an_envelope_round_trips_with_its_version() -> None:
     data = codec.pack(pb.Envelope(command=pb.Command(id=7, settle=pb.Settle(timeout=2.5))))
     envelope = codec.unpack(data)
-    assert envelope.version == codec.PROTOCOL_VERSION
+    assert envelope.version == versioned.PROTOCOL_VERSION
     assert envelope.command.id == 7
     assert envelope.command.settle.timeout == 2.5
 
 
 def test_another_protocol_version_is_refused_naming_both() -> None:
-    envelope = pb.Envelope(version=codec.PROTOCOL_VERSION + 1, ack=pb.Ack(command_id=1))
-    with pytest.raises(codec.ProtocolError, match=rf"version {codec.PROTOCOL_VERSION + 1}; "
-                       rf"this end speaks version {codec.PROTOCOL_VERSION}"):
+    envelope = pb.Envelope(version=versioned.PROTOCOL_VERSION + 1, ack=pb.Ack(command_id=1))
+    with pytest.raises(versioned.ProtocolError, match=rf"Envelope of protocol version "
+                       rf"{versioned.PROTOCOL_VERSION + 1}; "
+                       rf"this end speaks version {versioned.PROTOCOL_VERSION}"):
         codec.unpack(envelope.SerializeToString())
 
 
 def test_bytes_that_are_no_envelope_are_refused() -> None:
-    with pytest.raises(codec.ProtocolError, match="not a control message"):
+    with pytest.raises(versioned.ProtocolError, match="unreadable Envelope"):
         codec.unpack(b"\xff\xff\xff\xff")
 
 
 def test_an_envelope_without_a_body_is_refused() -> None:
-    with pytest.raises(codec.ProtocolError, match="no body"):
-        codec.unpack(pb.Envelope(version=codec.PROTOCOL_VERSION).SerializeToString())
+    with pytest.raises(versioned.ProtocolError, match="no body"):
+        codec.unpack(pb.Envelope(version=versioned.PROTOCOL_VERSION).SerializeToString())
 
 
 def test_an_unknown_fault_kind_is_refused_naming_the_rank() -> None:
-    with pytest.raises(codec.ProtocolError, match="fault of rank 3"):
+    with pytest.raises(versioned.ProtocolError, match="fault of rank 3"):
         codec.fault_from_pb(pb.Fault(rank=3, kind="melted"))

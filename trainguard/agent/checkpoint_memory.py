@@ -21,12 +21,12 @@ import logging
 import shutil
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.agent import persister_client, snapshot_slots
 from trainguard.ipc import checkpoint_layout, messages
 from trainguard.job import events, replicas
+from trainguard.proto import helpers_pb2
 
 __all__ = ["CheckpointLag", "CheckpointMemory", "CheckpointSettings", "RestoreChoice",
            "redone_steps"]
@@ -259,14 +259,14 @@ class CheckpointMemory:
                 await self._hash_newest()
 
     def _shards(self, states: list[snapshot_slots.SlotState],
-                peers: dict[int, int] | None = None) -> list[dict[str, object]]:
+                peers: dict[int, int] | None = None) -> list[helpers_pb2.Shard]:
         """The persister's shard list; ``peers``: ranks saved from a replica's snapshot."""
         by_rank = {state.rank: state for state in states}
         own = [(state.rank, state) for state in states]
         stand_ins = [(rank, by_rank[donor]) for rank, donor in (peers or {}).items()]
         return [
-            {"rank": state.rank, "path": self._slots.path(state.rank, state.slot),
-             "seq": state.header.seq, "as_rank": rank}
+            helpers_pb2.Shard(rank=state.rank, path=self._slots.path(state.rank, state.slot),
+                              seq=state.header.seq, as_rank=rank)
             for rank, state in sorted(own + stand_ins, key=lambda item: item[0])
         ]
 
@@ -277,7 +277,8 @@ class CheckpointMemory:
                 return
             step, states = newest
             try:
-                await self._persister.call({"op": "hash", "shards": self._shards(states)})
+                await self._persister.call(helpers_pb2.PersisterRequest(
+                    hash=helpers_pb2.Hash(shards=self._shards(states))))
                 self._hashed_step = step
             except persister_client.PersisterLostError as error:
                 logger.warning("checksumming the snapshot of step %d failed: %s", step, error)
@@ -298,15 +299,16 @@ class CheckpointMemory:
                 reply = await self._persist(newest[0], self._shards(newest[1]))
                 if reply is None:
                     return False
-                if reply["op"] == "persisted":
+                if reply.WhichOneof("kind") == "persisted":
                     return True
-                if not reply.get("overwritten"):
+                if not reply.persist_failed.overwritten:
                     return False  # _persist reported it
                 if attempt == _PERSIST_ATTEMPTS:
                     # The workers outran the copy, which says nothing of the directory: a
                     # later step is written when the persister gets the CPU in time.
                     logger.info("step %d not persisted: its snapshot was overwritten %d times "
-                                "while being written (%s)", newest[0], attempt, reply["error"])
+                                "while being written (%s)", newest[0], attempt,
+                                reply.persist_failed.error)
                     return False
             return False
 
@@ -322,33 +324,33 @@ class CheckpointMemory:
             step, states, peers = candidates[0]
             if step > self._persisted_step:
                 reply = await self._persist(step, self._shards(states, peers))
-                if reply is None or reply["op"] != "persisted":
+                if reply is None or reply.WhichOneof("kind") != "persisted":
                     return None
             return step
 
-    async def _persist(self, step: int, shards: list[dict[str, object]]
-                       ) -> dict[str, Any] | None:
-        command = {
-            "op": "persist", "step": step, "world_size": self._world_size,
-            "root": str(self.directory.root), "keep": self.settings.keep_checkpoints,
-            "bandwidth": self.settings.persist_bandwidth, "shards": shards,
-        }
+    async def _persist(self, step: int, shards: list[helpers_pb2.Shard]
+                       ) -> helpers_pb2.PersisterReply | None:
+        request = helpers_pb2.PersisterRequest(persist=helpers_pb2.Persist(
+            step=step, world_size=self._world_size, root=str(self.directory.root),
+            keep=self.settings.keep_checkpoints, bandwidth=self.settings.persist_bandwidth,
+            shards=shards))
         try:
-            reply = await self._persister.call(command)
+            reply = await self._persister.call(request)
         except persister_client.PersisterLostError as error:
             self._failed(step, str(error))
             return None
-        if reply["op"] == "persisted":
+        if reply.WhichOneof("kind") == "persisted":
+            persisted = reply.persisted
             if self._failing is not None:
                 logger.warning("checkpoint of step %d written: the checkpoint directory %s "
                                "works again", step, self.directory.root)
                 self._failing = None
             self._persisted_step = step
             self._record(events.CheckpointPersisted(
-                job=self._job, step=step, path=str(reply["path"]), nbytes=int(reply["nbytes"]),
-                seconds=float(reply["seconds"])))
-        elif not reply.get("overwritten"):
-            self._failed(step, str(reply["error"]))
+                job=self._job, step=step, path=persisted.path, nbytes=persisted.nbytes,
+                seconds=persisted.seconds))
+        elif not reply.persist_failed.overwritten:
+            self._failed(step, reply.persist_failed.error)
         return reply
 
     def _failed(self, step: int, error: str) -> None:

@@ -16,7 +16,7 @@ import logging
 from trainguard.agent import node_agent, workers
 from trainguard.faults import process
 from trainguard.proto import channel as channels
-from trainguard.proto import codec
+from trainguard.proto import codec, versioned
 from trainguard.proto import control_pb2 as pb
 
 __all__ = ["ControllerLink"]
@@ -42,7 +42,7 @@ class ControllerLink:
                 envelope = codec.unpack(await self._channel.receive())
             except channels.ChannelClosedError:
                 return
-            except codec.ProtocolError as error:
+            except versioned.ProtocolError as error:
                 logger.error("a control message this agent cannot read: %s", error)
                 continue
             if envelope.WhichOneof("body") != "command":

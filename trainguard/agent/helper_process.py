@@ -1,7 +1,9 @@
-"""A helper process of the agent that answers JSON commands, one line each, in order.
+"""A helper process of the agent that answers typed requests (helpers.proto), in order.
 
-If the process dies, the commands in flight fail and the next command starts a new process, so
-a helper killed mid-command costs that command and nothing else.
+Requests go to its stdin and replies come from its stdout, each framed by its length
+(:func:`trainguard.proto.versioned.frame`). If the process dies, the requests in flight fail
+and the next request starts a new process, so a helper killed mid-request costs that request
+and nothing else.
 """
 
 from __future__ import annotations
@@ -9,33 +11,38 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import itertools
-import json
 import logging
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Generic, TypeVar
+
+from google.protobuf.message import Message
+
+from trainguard.proto import versioned
 
 __all__ = ["HelperLostError", "HelperProcess"]
 
 logger = logging.getLogger(__name__)
 
+Reply = TypeVar("Reply", bound=Message)
+
 
 class HelperLostError(RuntimeError):
-    """The helper process exited before answering."""
+    """The helper process exited before answering, or answered what this end cannot read."""
 
 
-class HelperProcess:
-    def __init__(self, *, args: Sequence[str], env: Mapping[str, str], role: str) -> None:
+class HelperProcess(Generic[Reply]):
+    def __init__(self, *, args: Sequence[str], env: Mapping[str, str], role: str,
+                 reply: type[Reply]) -> None:
         """``args``: what follows ``python`` on the helper's command line; ``role``: its name in
-        messages."""
+        messages; ``reply``: the message type it answers with."""
         self._args = list(args)
         self._env = dict(env)
         self._role = role
+        self._reply = reply
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._waiting: collections.deque[asyncio.Future[dict[str, Any]]] = collections.deque()
-        self._ids = itertools.count(1)
+        self._waiting: collections.deque[asyncio.Future[Reply]] = collections.deque()
         self.restarts = 0
 
     @property
@@ -55,19 +62,19 @@ class HelperProcess:
                                            name=f"{self._role}-replies")
         return self._process
 
-    async def call(self, command: dict[str, Any]) -> dict[str, Any]:
-        """Send one command and wait for its answer.
+    async def call(self, request: Message) -> Reply:
+        """Send one request and wait for its reply.
 
         Raises:
-            HelperLostError: the process died first (it is restarted on the next call).
+            HelperLostError: the process died first (it is restarted on the next call), or its
+                reply could not be read (the process is ended).
         """
         process = await self._ensure_started()
         assert process.stdin is not None
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting.append(future)
-        body = dict(command, id=next(self._ids))
         try:
-            process.stdin.write(json.dumps(body).encode() + b"\n")
+            process.stdin.write(versioned.frame(versioned.serialize(request)))
             await process.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the reader sees the exit and fails the future
@@ -75,11 +82,22 @@ class HelperProcess:
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
-        while line := await process.stdout.readline():
-            if self._waiting:
-                future = self._waiting.popleft()
-                if not future.done():
-                    future.set_result(json.loads(line))
+        failure = ""
+        try:
+            while prefix := await process.stdout.readexactly(versioned.LENGTH_SIZE):
+                data = await process.stdout.readexactly(versioned.frame_length(prefix))
+                reply = versioned.parse(self._reply, data)
+                if self._waiting:
+                    future = self._waiting.popleft()
+                    if not future.done():
+                        future.set_result(reply)
+        except asyncio.IncompleteReadError:
+            pass  # the process closed its stdout: it exited
+        except versioned.ProtocolError as error:
+            failure = f": its reply could not be read ({error})"
+            logger.error("%s process %d: %s; ending it", self._role, process.pid, error)
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
         returncode = await process.wait()
         if self._process is process:  # not closed by us
             logger.warning("%s process %d exited with %d", self._role, process.pid, returncode)
@@ -87,7 +105,8 @@ class HelperProcess:
             future = self._waiting.popleft()
             if not future.done():
                 future.set_exception(HelperLostError(
-                    f"the {self._role} process exited with {returncode} before answering"))
+                    f"the {self._role} process exited with {returncode} before answering"
+                    f"{failure}"))
 
     async def close(self) -> None:
         process, self._process = self._process, None

@@ -5,29 +5,26 @@ loop, and so that its death mid-write (tested with SIGKILL) costs only the check
 written: shards are written under temporary names and renamed when durable, and the manifest that
 makes a checkpoint complete is renamed into place last.
 
-Runs as ``python -m trainguard.agent.persister PARENT_PID``; reads one JSON command per line on
-stdin and answers one JSON line per command on stdout:
+Runs as ``python -m trainguard.agent.persister PARENT_PID``; reads ``PersisterRequest`` messages
+on stdin and answers each with a ``PersisterReply`` on stdout (helpers.proto, length-framed):
 
-- ``{"op": "hash", "id", "shards": [{"rank", "path", "seq"}]}`` -> ``{"op": "hashed", "id",
-  "results": [{"rank", "seq", "checksum"}]}``: checksums written into the memory slots' headers.
-- ``{"op": "persist", "id", "step", "world_size", "root", "keep", "bandwidth", "shards": [...]}``
-  -> ``{"op": "persisted", "id", "step", "path", "nbytes", "seconds", "removed"}`` or
-  ``{"op": "persist-failed", "id", "step", "error", "overwritten"}`` (``overwritten``: a worker
-  reused a slot before it was copied out; a newer snapshot may do). ``bandwidth`` limits bytes
-  per second (0: no limit), for hosts where checkpoint writes would starve the job's own I/O.
+- ``hash{shards}`` -> ``hashed{results}``: checksums written into the memory slots' headers.
+- ``persist{step, world_size, root, keep, bandwidth, shards}`` -> ``persisted{step, path,
+  nbytes, seconds, removed}`` or ``persist_failed{step, error, overwritten}`` (``overwritten``: a
+  worker reused a slot before it was copied out; a newer snapshot may do). ``bandwidth`` limits
+  bytes per second (0: no limit), for hosts where checkpoint writes would starve the job's own
+  I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import mmap
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import xxhash
@@ -36,6 +33,8 @@ from trainguard import clock as clocks
 from trainguard import owner_only
 from trainguard.agent import lifeline
 from trainguard.ipc import checkpoint_layout, snapshot_layout
+from trainguard.proto import helpers_pb2 as pb
+from trainguard.proto import versioned
 
 __all__ = ["PersistError", "hash_slot", "main", "persist"]
 
@@ -137,7 +136,7 @@ def _write_shard(data: memoryview, header: snapshot_layout.SnapshotHeader, targe
     return checksum
 
 
-def persist(command: dict[str, Any]) -> dict[str, Any]:
+def persist(command: pb.Persist) -> pb.PersisterReply:
     """Write every rank's snapshot of one step to disk, then the manifest.
 
     A worker reuses a slot two snapshots later, which can come long before a slow disk write
@@ -147,19 +146,19 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
     (over a quarter of the available memory) is written straight from shared memory, each shard
     checked afterwards; a job that snapshots that much state takes its snapshots further apart.
     """
-    step = int(command["step"])
-    directory = checkpoint_layout.CheckpointDirectory(Path(command["root"]))
+    step = command.step
+    directory = checkpoint_layout.CheckpointDirectory(Path(command.root))
     target = directory.partial_dir(step)
     started = time.monotonic()
-    throttle = _Throttle(int(command.get("bandwidth", 0)))
+    throttle = _Throttle(command.bandwidth)
     slots: list[_OpenSlot] = []
     records = []
     try:
         ranks = []  # the rank each shard is saved as: a replica may stand in for a lost rank
-        for item in command["shards"]:
-            slot = _OpenSlot(_Shard(int(item["rank"]), str(item["path"]), int(item["seq"])))
+        for item in command.shards:
+            slot = _OpenSlot(_Shard(item.rank, item.path, item.seq))
             slots.append(slot)
-            ranks.append(int(item.get("as_rank", item["rank"])))
+            ranks.append(item.as_rank if item.HasField("as_rank") else item.rank)
             if slot.header.step != step:
                 raise PersistError(
                     f"rank {slot.shard.rank}: slot holds step {slot.header.step}, not {step}")
@@ -181,7 +180,7 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
         checkpoint_layout.sync_directory(target)
         manifest = checkpoint_layout.Manifest(
             step=step,
-            world_size=int(command["world_size"]),
+            world_size=command.world_size,
             created=clocks.iso_utc(time.time()),
             shards=tuple(sorted(records, key=lambda record: record.rank)),
         )
@@ -189,28 +188,28 @@ def persist(command: dict[str, Any]) -> dict[str, Any]:
         final = directory.publish(target, step)
     except (PersistError, OSError) as error:
         shutil.rmtree(target, ignore_errors=True)
-        return {"op": "persist-failed", "id": command["id"], "step": step, "error": str(error),
-                "overwritten": isinstance(error, PersistError) and error.overwritten}
+        return pb.PersisterReply(persist_failed=pb.PersistFailed(
+            step=step, error=str(error),
+            overwritten=isinstance(error, PersistError) and error.overwritten))
     finally:
         for slot in slots:
             slot.close()
-    removed = directory.retain(int(command["keep"]))
-    return {
-        "op": "persisted", "id": command["id"], "step": step, "path": str(final),
-        "nbytes": sum(record.nbytes for record in records),
-        "seconds": time.monotonic() - started, "removed": [str(path) for path in removed],
-    }
+    removed = directory.retain(command.keep)
+    return pb.PersisterReply(persisted=pb.Persisted(
+        step=step, path=str(final), nbytes=sum(record.nbytes for record in records),
+        seconds=time.monotonic() - started, removed=[str(path) for path in removed]))
 
 
-def _hash(command: dict[str, Any]) -> dict[str, Any]:
+def _hash(command: pb.Hash) -> pb.PersisterReply:
     results = []
-    for item in command["shards"]:
-        shard = _Shard(int(item["rank"]), str(item["path"]), int(item["seq"]))
+    for item in command.shards:
+        shard = _Shard(item.rank, item.path, item.seq)
         try:
-            results.append({"rank": shard.rank, "seq": shard.seq, "checksum": hash_slot(shard)})
+            results.append(pb.Checksum(rank=shard.rank, seq=shard.seq,
+                                       checksum=hash_slot(shard)))
         except (PersistError, OSError):
             continue  # overwritten by a newer snapshot, which will be hashed in turn
-    return {"op": "hashed", "id": command["id"], "results": results}
+    return pb.PersisterReply(hashed=pb.Hashed(results=results))
 
 
 def main(argv: list[str]) -> None:
@@ -218,11 +217,12 @@ def main(argv: list[str]) -> None:
     lifeline.leave_stop_signals_to_parent()
     # Not niced: on a host whose cores the workers fill, a niced persister would copy a
     # snapshot out too slowly to beat the worker that reuses its slot two snapshots later.
-    for line in sys.stdin:
-        command = json.loads(line)
-        reply = persist(command) if command["op"] == "persist" else _hash(command)
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+    while (data := versioned.read_frame(sys.stdin.buffer)) is not None:
+        request = versioned.parse(pb.PersisterRequest, data)
+        reply = (persist(request.persist) if request.WhichOneof("kind") == "persist"
+                 else _hash(request.hash))
+        sys.stdout.buffer.write(versioned.frame(versioned.serialize(reply)))
+        sys.stdout.buffer.flush()
 
 
 if __name__ == "__main__":

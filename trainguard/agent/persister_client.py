@@ -10,13 +10,14 @@ import os
 from collections.abc import Mapping
 
 from trainguard.agent import helper_process
+from trainguard.proto import helpers_pb2
 
 __all__ = ["PersisterClient", "PersisterLostError"]
 
 PersisterLostError = helper_process.HelperLostError
 
 
-class PersisterClient(helper_process.HelperProcess):
+class PersisterClient(helper_process.HelperProcess[helpers_pb2.PersisterReply]):
     def __init__(self, *, env: Mapping[str, str]) -> None:
         super().__init__(args=["-m", "trainguard.agent.persister", str(os.getpid())], env=env,
-                         role="persister")
+                         role="persister", reply=helpers_pb2.PersisterReply)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from trainguard.agent import helper_process
+from trainguard.proto import helpers_pb2 as pb
 
 __all__ = ["RendezvousError", "RendezvousStores"]
 
@@ -18,7 +19,8 @@ class RendezvousStores:
     def __init__(self, *, address: str, env: Mapping[str, str]) -> None:
         self.address = address
         self._host = helper_process.HelperProcess(
-            args=["-m", "trainguard.train.rendezvous_host"], env=env, role="rendezvous host")
+            args=["-m", "trainguard.train.rendezvous_host"], env=env, role="rendezvous host",
+            reply=pb.StoreReply)
         self._hosted: list[int] = []
 
     async def start(self) -> None:
@@ -28,7 +30,7 @@ class RendezvousStores:
             RendezvousError: it exited first.
         """
         try:
-            await self._host.call({"op": "ready"})
+            await self._host.call(pb.StoreRequest(ready=pb.AwaitReady()))
         except helper_process.HelperLostError as error:
             raise RendezvousError(f"the rendezvous host did not start: {error}") from error
 
@@ -40,12 +42,13 @@ class RendezvousStores:
                 process is gone.
         """
         try:
-            reply = await self._host.call({"op": "host", "address": self.address, "port": port})
-            if reply["op"] != "hosted":
+            reply = await self._host.call(pb.StoreRequest(
+                host=pb.HostStore(address=self.address, port=port)))
+            if reply.WhichOneof("kind") != "hosted":
                 raise RendezvousError(f"cannot host the rendezvous store on {self.address}:"
-                                      f"{port}: {reply['error']}")
+                                      f"{port}: {reply.host_failed}")
             for older in self._hosted:
-                await self._host.call({"op": "release", "port": older})
+                await self._host.call(pb.StoreRequest(release=pb.ReleaseStore(port=older)))
         except helper_process.HelperLostError as error:
             raise RendezvousError(f"the rendezvous host is gone: {error}") from error
         self._hosted = [port]

@@ -9,19 +9,20 @@ script through :mod:`runpy` exactly as ``python script.py`` would, so a fork rep
 with a few milliseconds of copy-on-write. Non-Python commands (``--no-python``) are executed.
 
 Runs as ``python -m trainguard.agent.standby FD PRELOAD...`` where FD is one end of a
-``SOCK_SEQPACKET`` socket pair. Protocol, one JSON object per packet:
+``SOCK_SEQPACKET`` socket pair. Protocol (helpers.proto), one message per packet:
 
-- agent -> standby: ``{"op": "spawn", "id", "mode": "path"|"module"|"exec", "target", "args",
-  "env", "cwd"}`` with the worker's stdout and stderr file descriptors attached (SCM_RIGHTS).
-- standby -> agent: ``{"op": "ready", "pid", "preloaded", "failed"}`` once, then
-  ``{"op": "spawned", "id", "pid"}`` or ``{"op": "spawn-failed", "id", "error"}``, and
-  ``{"op": "exited", "pid", "returncode"}`` (negative: killed by that signal) for every child.
+- agent -> standby: ``StandbyRequest{spawn{id, mode: path|module|exec, target, args, env,
+  cwd}}`` with the worker's stdout and stderr file descriptors attached (SCM_RIGHTS).
+- standby -> agent: ``StandbyEvent``: ``ready{pid, preloaded, failed}`` once, then
+  ``spawned{id, pid}`` or ``spawn_failed{id, error}``, and ``exited{pid, returncode}``
+  (negative: killed by that signal) for every child.
 
 Workers die with the standby process (PR_SET_PDEATHSIG), and the standby process with the agent.
 A worker's uncaught exception prints without the standby's and runpy's frames, each distinct
 traceback once per job (:mod:`trainguard.tracebacks`, in ``$TRAINGUARD_TRACEBACKS``).
-This module imports only the standard library (and :mod:`.lifeline`,
-:mod:`trainguard.tracebacks`): it must start fast and preload nothing by accident.
+This module imports only the standard library, setproctitle and protobuf (with
+:mod:`.lifeline`, :mod:`trainguard.tracebacks` and the generated messages): it must start fast
+and preload nothing by accident.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import contextlib
 import dataclasses
 import gc
 import importlib
-import json
 import os
 import runpy
 import select
@@ -38,12 +38,13 @@ import signal
 import socket
 import sys
 import types
-from typing import Any
 
 import setproctitle
 
 from trainguard import tracebacks
 from trainguard.agent import lifeline
+from trainguard.proto import helpers_pb2 as pb
+from trainguard.proto import versioned
 
 __all__ = ["SpawnRequest", "main", "worker_title"]
 
@@ -74,8 +75,8 @@ class _Standby:
         # whole process group, is its to handle.
         lifeline.leave_stop_signals_to_parent()
 
-    def send(self, body: dict[str, Any]) -> None:
-        self._channel.send(json.dumps(body).encode())
+    def send(self, event: pb.StandbyEvent) -> None:
+        self._channel.send(versioned.serialize(event))
 
     def serve(self) -> SpawnRequest | None:
         """Serve until the agent hangs up; returns only in a forked child, with its request."""
@@ -97,24 +98,19 @@ class _Standby:
                     return request
 
     def _parse(self, message: bytes, fds: list[int]) -> SpawnRequest | None:
-        request_id = -1
+        request_id = 0
         try:
-            body = json.loads(message)
-            request_id = int(body["id"])
-            request = SpawnRequest(
-                id=int(body["id"]),
-                mode=str(body["mode"]),
-                target=str(body["target"]),
-                args=[str(arg) for arg in body["args"]],
-                env={str(key): str(value) for key, value in body["env"].items()},
-                cwd=str(body["cwd"]),
-            )
+            spawn = versioned.parse(pb.StandbyRequest, message).spawn
+            request_id = spawn.id
+            request = SpawnRequest(id=spawn.id, mode=spawn.mode, target=spawn.target,
+                                   args=list(spawn.args), env=dict(spawn.env), cwd=spawn.cwd)
             if request.mode not in ("path", "module", "exec") or len(fds) != 2:
                 raise ValueError(f"bad mode {request.mode!r} or {len(fds)} descriptors")
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except ValueError as error:  # versioned.ProtocolError is one
             for fd in fds:
                 os.close(fd)
-            self.send({"op": "spawn-failed", "id": request_id, "error": f"bad request: {error}"})
+            self.send(pb.StandbyEvent(spawn_failed=pb.SpawnFailed(
+                id=request_id, error=f"bad request: {error}")))
             return None
         return request
 
@@ -127,14 +123,15 @@ class _Standby:
         except OSError as error:
             for fd in fds:
                 os.close(fd)
-            self.send({"op": "spawn-failed", "id": request.id, "error": str(error)})
+            self.send(pb.StandbyEvent(spawn_failed=pb.SpawnFailed(id=request.id,
+                                                                  error=str(error))))
             return False
         if pid == 0:
             self._become_worker(request, fds)
             return True
         for fd in fds:
             os.close(fd)
-        self.send({"op": "spawned", "id": request.id, "pid": pid})
+        self.send(pb.StandbyEvent(spawned=pb.Spawned(id=request.id, pid=pid)))
         return False
 
     def _reap(self) -> None:
@@ -145,7 +142,8 @@ class _Standby:
                 return
             if pid == 0:
                 return
-            self.send({"op": "exited", "pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+            self.send(pb.StandbyEvent(exited=pb.Exited(
+                pid=pid, returncode=os.waitstatus_to_exitcode(status))))
 
     def _become_worker(self, request: SpawnRequest, fds: list[int]) -> None:
         os.setsid()
@@ -224,7 +222,8 @@ def main(argv: list[str]) -> None:
     lifeline.die_with_parent(int(parent))
     channel = socket.socket(fileno=int(fd))
     standby = _Standby(channel)
-    loaded, failed = [], {}
+    loaded: list[str] = []
+    failed: dict[str, str] = {}
     for name in preload:
         try:
             importlib.import_module(name)
@@ -234,7 +233,8 @@ def main(argv: list[str]) -> None:
     # Objects that exist now are shared with every worker; keep the collector from touching
     # (and so copying) their pages.
     gc.freeze()
-    standby.send({"op": "ready", "pid": os.getpid(), "preloaded": loaded, "failed": failed})
+    standby.send(pb.StandbyEvent(ready=pb.Ready(pid=os.getpid(), preloaded=loaded,
+                                                failed=failed)))
     request = standby.serve()
     if request is not None:
         _run_worker(request)

@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-import json
 import logging
 import os
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+
+from trainguard.proto import helpers_pb2 as pb
+from trainguard.proto import versioned
 
 __all__ = ["StandbyError", "StandbyProcess", "WorkerLaunch"]
 
@@ -54,7 +55,7 @@ class StandbyProcess:
         self._on_lost = on_lost
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[int]] = {}
-        self._ready: asyncio.Future[dict[str, Any]] | None = None
+        self._ready: asyncio.Future[pb.Ready] | None = None
         self._channel: socket.socket | None = None
         self._process: asyncio.subprocess.Process | None = None
         self.pid: int | None = None
@@ -88,9 +89,9 @@ class StandbyProcess:
         except (TimeoutError, StandbyError) as error:
             await self.close()
             raise StandbyError(f"the standby process did not get ready: {error}") from error
-        self.pid = int(ready["pid"])
-        self.preloaded = list(ready["preloaded"])
-        for name, reason in ready["failed"].items():
+        self.pid = ready.pid
+        self.preloaded = list(ready.preloaded)
+        for name, reason in ready.failed.items():
             logger.warning("standby process could not preload %s (%s); workers import it "
                            "themselves", name, reason)
 
@@ -103,13 +104,12 @@ class StandbyProcess:
         if self._channel is None:
             raise StandbyError("the standby process is not running")
         request_id = next(self._ids)
-        body = {
-            "op": "spawn", "id": request_id, "mode": launch.mode, "target": launch.target,
-            "args": list(launch.args), "env": dict(launch.env), "cwd": launch.cwd,
-        }
+        request = pb.StandbyRequest(spawn=pb.Spawn(
+            id=request_id, mode=launch.mode, target=launch.target, args=list(launch.args),
+            env=dict(launch.env), cwd=launch.cwd))
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        socket.send_fds(self._channel, [json.dumps(body).encode()], [stdout, stderr])
+        socket.send_fds(self._channel, [versioned.serialize(request)], [stdout, stderr])
         return await future
 
     def _on_readable(self) -> None:
@@ -122,16 +122,20 @@ class StandbyProcess:
         if not packet:
             self._lost("the standby process exited")
             return
-        body = json.loads(packet)
-        op = body["op"]
-        if op == "ready" and self._ready is not None and not self._ready.done():
-            self._ready.set_result(body)
-        elif op == "spawned":
-            self._resolve(int(body["id"]), result=int(body["pid"]))
-        elif op == "spawn-failed":
-            self._resolve(int(body["id"]), error=StandbyError(str(body["error"])))
-        elif op == "exited":
-            self._on_exit(int(body["pid"]), int(body["returncode"]))
+        try:
+            event = versioned.parse(pb.StandbyEvent, packet)
+        except versioned.ProtocolError as error:
+            self._lost(f"the standby process sent what this agent cannot read: {error}")
+            return
+        kind = event.WhichOneof("kind")
+        if kind == "ready" and self._ready is not None and not self._ready.done():
+            self._ready.set_result(event.ready)
+        elif kind == "spawned":
+            self._resolve(event.spawned.id, result=event.spawned.pid)
+        elif kind == "spawn_failed":
+            self._resolve(event.spawn_failed.id, error=StandbyError(event.spawn_failed.error))
+        elif kind == "exited":
+            self._on_exit(event.exited.pid, event.exited.returncode)
 
     def _resolve(self, request_id: int, *, result: int = 0,
                  error: Exception | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Domain types to protocol messages and back, and the envelope every message travels in.
+"""Domain types to control-protocol messages and back, and the envelope they travel in.
 
 Only what both ends share lives here (faults, outcomes, a worker's leaving); each end builds
 its own messages from its own objects (the agent's generation, the controller's views).
@@ -10,10 +10,9 @@ from trainguard.faults import process
 from trainguard.faults.levels import Level
 from trainguard.ipc import messages
 from trainguard.proto import control_pb2 as pb
+from trainguard.proto.versioned import ProtocolError, parse, serialize
 
 __all__ = [
-    "PROTOCOL_VERSION",
-    "ProtocolError",
     "fault_from_pb",
     "fault_to_pb",
     "left_from_pb",
@@ -24,31 +23,15 @@ __all__ = [
     "unpack",
 ]
 
-PROTOCOL_VERSION = 1
-"""Raised when a message changes meaning; a peer of another version is refused, not guessed at."""
-
-
-class ProtocolError(ValueError):
-    """Bytes that are not an envelope this end can read."""
-
-
 def pack(envelope: pb.Envelope) -> bytes:
-    envelope.version = PROTOCOL_VERSION
-    return envelope.SerializeToString()
+    return serialize(envelope)
 
 
 def unpack(data: bytes) -> pb.Envelope:
     """Raises:
-        ProtocolError: not an envelope, or one of another protocol version.
+        ProtocolError: not an envelope, one of another protocol version, or one without body.
     """
-    envelope = pb.Envelope()
-    try:
-        envelope.ParseFromString(data)
-    except Exception as error:  # protobuf raises its DecodeError, or a RuntimeWarning's kin
-        raise ProtocolError(f"not a control message: {error}") from error
-    if envelope.version != PROTOCOL_VERSION:
-        raise ProtocolError(f"control protocol version {envelope.version}; this end speaks "
-                            f"version {PROTOCOL_VERSION}")
+    envelope = parse(pb.Envelope, data)
     if envelope.WhichOneof("body") is None:
         raise ProtocolError("a control message with no body")
     return envelope

@@ -9,24 +9,25 @@ generation's store there, and every worker connects as a client
 because the agent does not import torch, and not the standby process, which forks workers and
 must stay free of threads.
 
-Runs as ``python -m trainguard.train.rendezvous_host``; reads one JSON command per line on stdin
-and answers one JSON line per command on stdout; exits when stdin closes (the agent is gone):
+Runs as ``python -m trainguard.train.rendezvous_host``; reads ``StoreRequest`` messages on stdin
+and answers each with a ``StoreReply`` on stdout (helpers.proto, length-framed); exits when stdin
+closes (the agent is gone):
 
-- ``{"op": "ready", "id"}`` -> ``{"op": "ready", "id"}`` once torch is imported.
-- ``{"op": "host", "id", "address", "port"}`` -> ``{"op": "hosted", "id"}`` or
-  ``{"op": "host-failed", "id", "error"}``.
-- ``{"op": "release", "id", "port"}`` -> ``{"op": "released", "id"}``: the store is closed.
+- ``ready`` -> ``ready`` once torch is imported.
+- ``host{address, port}`` -> ``hosted`` or ``host_failed`` (why).
+- ``release{port}`` -> ``released``: the store is closed.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import socket
 import sys
-from typing import Any
 
 import torch.distributed as dist
+
+from trainguard.proto import helpers_pb2 as pb
+from trainguard.proto import versioned
 
 __all__ = ["host", "main"]
 
@@ -53,25 +54,26 @@ def host(address: str, port: int) -> dist.Store:
                          wait_for_workers=False, master_listen_fd=listener.detach())
 
 
-def _answer(command: dict[str, Any], stores: dict[int, dist.Store]) -> dict[str, Any]:
-    reply: dict[str, Any] = {"id": command["id"]}
-    if command["op"] == "host":
+def _answer(request: pb.StoreRequest, stores: dict[int, dist.Store]) -> pb.StoreReply:
+    kind = request.WhichOneof("kind")
+    if kind == "host":
         try:
-            stores[int(command["port"])] = host(str(command["address"]), int(command["port"]))
+            stores[request.host.port] = host(request.host.address, request.host.port)
         except (OSError, RuntimeError) as error:
-            return dict(reply, op="host-failed", error=str(error))
-        return dict(reply, op="hosted")
-    if command["op"] == "release":
-        stores.pop(int(command["port"]), None)  # the last reference: its server stops
-        return dict(reply, op="released")
-    return dict(reply, op="ready")
+            return pb.StoreReply(host_failed=str(error))
+        return pb.StoreReply(hosted=request.host)
+    if kind == "release":
+        stores.pop(request.release.port, None)  # the last reference: its server stops
+        return pb.StoreReply(released=request.release)
+    return pb.StoreReply(ready=pb.AwaitReady())
 
 
 def main() -> None:
     stores: dict[int, dist.Store] = {}
-    for line in sys.stdin:
-        sys.stdout.write(json.dumps(_answer(json.loads(line), stores)) + "\n")
-        sys.stdout.flush()
+    while (data := versioned.read_frame(sys.stdin.buffer)) is not None:
+        reply = _answer(versioned.parse(pb.StoreRequest, data), stores)
+        sys.stdout.buffer.write(versioned.frame(versioned.serialize(reply)))
+        sys.stdout.buffer.flush()
 
 
 if __name__ == "__main__":
