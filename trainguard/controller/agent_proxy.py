@@ -20,7 +20,7 @@ from trainguard.faults import process
 from trainguard.ipc import messages
 from trainguard.job import replicas
 from trainguard.proto import channel as channels
-from trainguard.proto import codec
+from trainguard.proto import codec, versioned
 from trainguard.proto import control_pb2 as pb
 
 __all__ = ["AgentCommandError", "AgentProxy", "GenerationView", "RestoreInfo", "WorkerInfo"]
@@ -82,7 +82,7 @@ class GenerationView:
         try:
             source = messages.RestoreSource(message.restore.source)
         except ValueError as error:
-            raise codec.ProtocolError(f"generation {message.number}: {error}") from error
+            raise versioned.ProtocolError(f"generation {message.number}: {error}") from error
         self.restore = RestoreInfo(source, message.restore.step, message.restore.note,
                                    message.restore.label)
         self.workers: Mapping[int, WorkerInfo] = {}
@@ -216,7 +216,7 @@ class AgentProxy:
 
     def _formed(self, ack: pb.Ack) -> GenerationView:
         if ack.WhichOneof("result") != "generation":
-            raise codec.ProtocolError("the agent formed a generation but did not describe it")
+            raise versioned.ProtocolError("the agent formed a generation but did not describe it")
         return self._generations[ack.generation.number]
 
     async def _read(self) -> None:
@@ -239,7 +239,7 @@ class AgentProxy:
                         waiting.set_result(ack)
                 else:
                     logger.error("the agent sent a %s: ignored", body)
-        except (channels.ChannelClosedError, codec.ProtocolError) as error:
+        except (channels.ChannelClosedError, versioned.ProtocolError) as error:
             self._gone = error
             self._known.set()
             for waiting in self._pending.values():
