@@ -71,3 +71,6 @@ class FakeAgent:
 
     async def stop_workers(self) -> None:
         self.calls.append(("stop", None))
+
+    async def graceful_stop(self, stop_step: int | None) -> None:
+        self.calls.append(("graceful_stop", stop_step))

@@ -89,6 +89,26 @@ def test_commands_carry_their_arguments_and_results() -> None:
     asyncio.run(scenario())
 
 
+def test_a_graceful_stop_is_described_then_ordered_at_the_step_the_controller_agreed() -> None:
+    async def scenario() -> None:
+        agent = FakeAgent()
+        proxy, serving = await _connected(agent)
+        await proxy.start_generation(0, restart_count=0)
+        generation = agent.generation
+        assert generation is not None
+        generation.workers[0].begun_step = 41  # reported only when described
+        view = await proxy.describe()
+        assert view.workers[0].begun_step == 41
+        assert view.workers[1].begun_step is None
+        await proxy.stop_at(42)
+        await proxy.stop_at(None)
+        assert agent.calls[1:] == [("graceful_stop", 42), ("graceful_stop", None)]
+        await proxy.close()
+        await asyncio.wait_for(serving, 5)
+
+    asyncio.run(scenario())
+
+
 def test_a_refused_recovery_is_a_recovery_error_and_a_failure_is_named() -> None:
     async def scenario() -> None:
         agent = FakeAgent()

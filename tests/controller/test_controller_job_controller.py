@@ -46,6 +46,7 @@ class FakeWorker:
     in_process: bool = False
     left: messages.LeftGeneration | None = None
     device: int = 0
+    begun_step: int | None = None
 
     @property
     def alive(self) -> bool:
@@ -137,8 +138,13 @@ class FakeAgent:
             if worker.returncode is None:  # what the real agent does: SIGTERM, then reap
                 worker.stopping, worker.returncode, worker.exited_at = True, -15, 999.0
 
-    async def graceful_stop(self) -> None:
-        self.calls.append(("graceful_stop", None))
+    async def describe(self) -> FakeGeneration:
+        self.calls.append(("describe", None))
+        assert self.current is not None
+        return self.current
+
+    async def stop_at(self, step: int | None) -> None:
+        self.calls.append(("stop_at", step))
 
     async def settle(self, *, timeout: float) -> None:
         self.calls.append(("settle", timeout))
@@ -457,6 +463,8 @@ def test_request_stop_while_a_generation_runs(store: sqlite.SqliteStore) -> None
 
         generation = await h.next_generation()
         generation.completed_step = 30
+        generation.workers[0].begun_step = 31
+        generation.workers[1].begun_step = 30
         h.controller.request_stop("interrupted (SIGINT)", exit_code=130)
         h.controller.request_stop("terminated (SIGTERM)", exit_code=143)  # the first one wins
         result = await bounded(run)
@@ -466,7 +474,9 @@ def test_request_stop_while_a_generation_runs(store: sqlite.SqliteStore) -> None
         assert result.exit_code == 130
         assert result.generations == 1
         assert result.resume_step == 31
-        assert h.agent.called() == ["start_generation", "graceful_stop", "flush_checkpoints"]
+        # One past the furthest rank: every rank finishes step 32, none has passed it.
+        assert h.agent.calls[1:] == [("describe", None), ("stop_at", 32),
+                                     ("flush_checkpoints", None)]
         assert not generation.outcome.done()
         (finished,) = h.data("job-finished")
         assert (finished["outcome"], finished["reason"], finished["exit_code"]) == (
@@ -502,7 +512,9 @@ def test_stop_requested_by_a_worker(store: sqlite.SqliteStore) -> None:
 
         assert result.outcome is events.JobOutcome.STOPPED
         assert (result.reason, result.exit_code) == ("rank 0 got SIGTERM", 143)
-        assert h.agent.called() == ["start_generation", "graceful_stop", "flush_checkpoints"]
+        # No rank began a step: no agreed step, each is ended as torchrun would.
+        assert h.agent.calls[1:] == [("describe", None), ("stop_at", None),
+                                     ("flush_checkpoints", None)]
 
     run_scenario(scenario)
 

@@ -81,8 +81,11 @@ class ControllerLink:
                                                timeout=order_snapshots.timeout)
             elif kind == "stop_workers":
                 await agent.stop_workers()
-            elif kind == "graceful_stop":
-                await agent.graceful_stop()
+            elif kind == "stop_at":
+                stop = command.stop_at
+                await agent.graceful_stop(stop.step if stop.HasField("step") else None)
+            elif kind == "describe":
+                pass  # the acknowledgement carries the agent's state
             elif kind == "settle":
                 await agent.settle(timeout=command.settle.timeout)
             elif kind == "flush_checkpoints":
@@ -159,6 +162,8 @@ def _worker(worker: workers.WorkerState, *, ended: bool) -> pb.Worker:
         message.returncode = worker.returncode
     if worker.exited_at is not None:
         message.exited_at = worker.exited_at
+    if worker.begun_step is not None:
+        message.begun_step = worker.begun_step
     if worker.left is not None:
         message.left.CopyFrom(codec.left_to_pb(worker.left))
     # The controller reads excerpts once the generation has ended (a hung rank's stderr

@@ -347,16 +347,14 @@ class NodeAgent:
             self._signal(worker, signal.SIGKILL)
         await self._finish(generation, timeout)
 
-    async def graceful_stop(self) -> None:
-        """Every rank finishes one agreed step, saves its state (dying checkpoint) and exits.
+    async def graceful_stop(self, stop_step: int | None) -> None:
+        """Every rank finishes ``stop_step`` (agreed by the controller for every rank), saves its
+        state (dying checkpoint) and exits; None: no rank has begun a step.
 
         Workers without a trainguard session get SIGTERM, as torchrun sends. Whatever has not
         exited after the shutdown timeout is killed.
         """
         generation = self._current()
-        begun = [w.begun_step for w in generation.workers.values() if w.begun_step is not None]
-        # One past the furthest rank: no rank can be beyond it when the message arrives.
-        stop_step = max(begun) + 1 if begun else None
         for worker in generation.workers.values():
             if not worker.alive:
                 continue

@@ -43,6 +43,7 @@ class WorkerInfo:
     left: messages.LeftGeneration | None
     device: int
     error: str
+    begun_step: int | None = None
 
     def excerpt(self) -> str:
         return self.error
@@ -55,7 +56,8 @@ class WorkerInfo:
                    exited_at=message.exited_at if message.HasField("exited_at") else None,
                    alive=message.alive, in_process=message.in_process,
                    left=codec.left_from_pb(message.left) if message.HasField("left") else None,
-                   device=message.device, error=message.excerpt)
+                   device=message.device, error=message.excerpt,
+                   begun_step=message.begun_step if message.HasField("begun_step") else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +180,17 @@ class AgentProxy:
     async def stop_workers(self) -> None:
         await self._command(stop_workers=pb.StopWorkers())
 
-    async def graceful_stop(self) -> None:
-        await self._command(graceful_stop=pb.GracefulStop())
+    async def describe(self) -> GenerationView:
+        ack = await self._command(describe=pb.Describe())
+        if not ack.report.HasField("generation"):
+            raise AgentCommandError("the agent has no generation to describe")
+        return self._generations[ack.report.generation.number]
+
+    async def stop_at(self, step: int | None) -> None:
+        order = pb.StopAt()
+        if step is not None:
+            order.step = step
+        await self._command(stop_at=order)
 
     async def settle(self, *, timeout: float) -> None:
         await self._command(settle=pb.Settle(timeout=timeout))

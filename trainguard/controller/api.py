@@ -34,6 +34,10 @@ class WorkerView(Protocol):
     def device(self) -> int:
         """The device it runs on; its faults' codes are graded against that device's history."""
         ...
+    @property
+    def begun_step(self) -> int | None:
+        """The step it began last in this generation."""
+        ...
 
     def excerpt(self) -> str:
         """The worker's error: its error file or the end of its stderr."""
@@ -120,8 +124,13 @@ class AgentHandle(Protocol):
         """End every worker of the current generation now and wait for their exits."""
         ...
 
-    async def graceful_stop(self) -> None:
-        """Every worker saves its state at one agreed step and exits."""
+    async def describe(self) -> GenerationHandle:
+        """The current generation as the agent sees it now (the view before a decision)."""
+        ...
+
+    async def stop_at(self, step: int | None) -> None:
+        """Every worker saves its state once it has finished ``step`` and exits (None: no rank
+        has begun a step; each is ended as torchrun would)."""
         ...
 
     async def settle(self, *, timeout: float) -> None:

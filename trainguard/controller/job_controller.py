@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from trainguard import clock as clocks
-from trainguard.controller import api, policy
+from trainguard.controller import api, cluster_view, policy
 from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
@@ -126,7 +126,9 @@ class JobController:
             outcome = await self._watch(generation, recovering)
             self._note_progress(generation)
             if outcome is None or outcome.kind is process.OutcomeKind.STOP_REQUESTED:
-                await self._agent.graceful_stop()
+                current = await self._agent.describe()
+                await self._agent.stop_at(cluster_view.stop_step(
+                    w.begun_step for w in current.workers.values()))
                 await self._agent.flush_checkpoints()
                 self._note_progress(generation)
                 reason = self._stop_reason or (outcome.detail if outcome else "stop requested")

@@ -19,26 +19,28 @@ class Envelope(_message.Message):
     def __init__(self, version: _Optional[int] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "graceful_stop", "settle", "flush_checkpoints")
+    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe")
     ID_FIELD_NUMBER: _ClassVar[int]
     START_GENERATION_FIELD_NUMBER: _ClassVar[int]
     RECOVER_FIELD_NUMBER: _ClassVar[int]
     DUMP_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     STOP_WORKERS_FIELD_NUMBER: _ClassVar[int]
-    GRACEFUL_STOP_FIELD_NUMBER: _ClassVar[int]
+    STOP_AT_FIELD_NUMBER: _ClassVar[int]
     SETTLE_FIELD_NUMBER: _ClassVar[int]
     FLUSH_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIBE_FIELD_NUMBER: _ClassVar[int]
     id: int
     start_generation: StartGeneration
     recover: Recover
     dump: Dump
     complete_snapshots: CompleteSnapshots
     stop_workers: StopWorkers
-    graceful_stop: GracefulStop
+    stop_at: StopAt
     settle: Settle
     flush_checkpoints: FlushCheckpoints
-    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., graceful_stop: _Optional[_Union[GracefulStop, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ...) -> None: ...
+    describe: Describe
+    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ...) -> None: ...
 
 class StartGeneration(_message.Message):
     __slots__ = ("number", "restart_count", "move")
@@ -80,7 +82,13 @@ class StopWorkers(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class GracefulStop(_message.Message):
+class StopAt(_message.Message):
+    __slots__ = ("step",)
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    def __init__(self, step: _Optional[int] = ...) -> None: ...
+
+class Describe(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
@@ -193,7 +201,7 @@ class Restore(_message.Message):
     def __init__(self, source: _Optional[str] = ..., step: _Optional[int] = ..., note: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ("rank", "returncode", "stopping", "exited_at", "alive", "in_process", "left", "device", "excerpt")
+    __slots__ = ("rank", "returncode", "stopping", "exited_at", "alive", "in_process", "left", "device", "excerpt", "begun_step")
     RANK_FIELD_NUMBER: _ClassVar[int]
     RETURNCODE_FIELD_NUMBER: _ClassVar[int]
     STOPPING_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +211,7 @@ class Worker(_message.Message):
     LEFT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     EXCERPT_FIELD_NUMBER: _ClassVar[int]
+    BEGUN_STEP_FIELD_NUMBER: _ClassVar[int]
     rank: int
     returncode: int
     stopping: bool
@@ -212,7 +221,8 @@ class Worker(_message.Message):
     left: Left
     device: int
     excerpt: str
-    def __init__(self, rank: _Optional[int] = ..., returncode: _Optional[int] = ..., stopping: _Optional[bool] = ..., exited_at: _Optional[float] = ..., alive: _Optional[bool] = ..., in_process: _Optional[bool] = ..., left: _Optional[_Union[Left, _Mapping]] = ..., device: _Optional[int] = ..., excerpt: _Optional[str] = ...) -> None: ...
+    begun_step: int
+    def __init__(self, rank: _Optional[int] = ..., returncode: _Optional[int] = ..., stopping: _Optional[bool] = ..., exited_at: _Optional[float] = ..., alive: _Optional[bool] = ..., in_process: _Optional[bool] = ..., left: _Optional[_Union[Left, _Mapping]] = ..., device: _Optional[int] = ..., excerpt: _Optional[str] = ..., begun_step: _Optional[int] = ...) -> None: ...
 
 class Left(_message.Message):
     __slots__ = ("generation", "step", "error", "code", "time")
