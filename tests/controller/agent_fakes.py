@@ -32,6 +32,7 @@ class FakeAgent:
         self.refuse: str | None = None
         self.fail: Exception | None = None
         self.settling: asyncio.Event | None = None  # set: settle waits until it is set
+        self.snapshots: dict[int, int] = {}  # rank -> the step of its newest snapshot
 
     def _form(self, number: int) -> workers.Generation:
         restore = checkpoint_memory.RestoreChoice(messages.RestoreSource.MEMORY, 12, {}, "intact")
@@ -68,6 +69,9 @@ class FakeAgent:
             await self.settling.wait()
         if self.fail is not None:
             raise self.fail
+
+    def newest_snapshot(self, rank: int) -> int | None:
+        return self.snapshots.get(rank)
 
     async def stop_workers(self) -> None:
         self.calls.append(("stop", None))

@@ -97,9 +97,11 @@ def test_a_graceful_stop_is_described_then_ordered_at_the_step_the_controller_ag
         generation = agent.generation
         assert generation is not None
         generation.workers[0].begun_step = 41  # reported only when described
+        agent.snapshots[1] = 40
         view = await proxy.describe()
         assert view.workers[0].begun_step == 41
         assert view.workers[1].begun_step is None
+        assert (view.workers[0].snapshot_step, view.workers[1].snapshot_step) == (None, 40)
         await proxy.stop_at(42)
         await proxy.stop_at(None)
         assert agent.calls[1:] == [("graceful_stop", 42), ("graceful_stop", None)]
@@ -116,6 +118,12 @@ def test_a_refused_recovery_is_a_recovery_error_and_a_failure_is_named() -> None
         agent.refuse = "no saved state, and the survivors progressed"
         with pytest.raises(process.RecoveryError, match="no saved state"):
             await proxy.recover(1, restart_count=1, replace=[0], to_spares=False)
+        await proxy.start_generation(0, restart_count=0)
+        agent.snapshots = None  # type: ignore[assignment]  # describing the agent fails
+        with pytest.raises(agent_proxy.AgentCommandError,
+                           match="describing the agent failed: AttributeError"):
+            await proxy.stop_workers()
+        agent.snapshots = {}
         agent.fail = OSError("disk gone")
         with pytest.raises(agent_proxy.AgentCommandError,
                            match="failed to carry out settle: OSError: disk gone"):

@@ -47,6 +47,7 @@ class FakeWorker:
     left: messages.LeftGeneration | None = None
     device: int = 0
     begun_step: int | None = None
+    snapshot_step: int | None = None
 
     @property
     def alive(self) -> bool:
@@ -128,8 +129,9 @@ class FakeAgent:
         self.generations.put_nowait(generation)
         return generation
 
-    async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
-        self.calls.append(("complete_snapshots", (failed_rank, timeout)))
+    async def complete_snapshots(self, *, failed_rank: int, step: int | None,
+                                 timeout: float) -> None:
+        self.calls.append(("complete_snapshots", (failed_rank, step, timeout)))
 
     async def stop_workers(self) -> None:
         self.calls.append(("stop_workers", None))
@@ -271,6 +273,7 @@ def test_a_fault_then_success(store: sqlite.SqliteStore) -> None:
 
         first = await h.next_generation()
         first.completed_step = 41  # steps 0..41 done: a restart at 40 redoes 40 and 41
+        first.workers[0].snapshot_step, first.workers[1].snapshot_step = 40, 41
         first.workers[1].fail(1, at=150.0, error="Traceback\nValueError: bad batch\n")
         fault = _exit_fault(1, at=150.25, pid=4001, last_step=42, occurred_at=150.0)
         first.fault(fault)
@@ -299,7 +302,9 @@ def test_a_fault_then_success(store: sqlite.SqliteStore) -> None:
         assert result.resume_step == 61
         assert h.agent.calls == [
             ("start_generation", (0, 0)),
-            ("complete_snapshots", (1, 1.5)),
+            ("describe", None),
+            # The newest snapshot any rank holds: rank 0 is given the time to hold it too.
+            ("complete_snapshots", (1, 41, 1.5)),
             ("stop_workers", None),
             ("start_generation", (1, 1)),
             ("stop_workers", None),
@@ -396,7 +401,8 @@ def test_budget_exhausted_fails_with_root_cause_first(store: sqlite.SqliteStore)
             "    terminate called\n"
             "    NCCL watchdog: collective timed out")
         assert "rank 2" not in result.errors  # stopped by the agent, not failed by itself
-        assert h.agent.called() == ["start_generation", "complete_snapshots", "stop_workers",
+        assert h.agent.called() == ["start_generation", "describe", "complete_snapshots",
+                                    "stop_workers",
                                     "flush_checkpoints"]
         (decision,) = h.data("decision")
         assert (decision["strategy"], decision["restarts_left"]) == ("fail", 0)
@@ -557,7 +563,8 @@ def test_crash_loop_settles_then_fails_without_spending_the_budget(
         result = await bounded(run)
 
         assert h.agent.calls[:2] == [("start_generation", (0, 0)), ("settle", 4.5)]
-        assert h.agent.called() == ["start_generation", "settle", "complete_snapshots",
+        assert h.agent.called() == ["start_generation", "settle", "describe",
+                                    "complete_snapshots",
                                     "stop_workers", "flush_checkpoints"]
         assert result.outcome is events.JobOutcome.FAILED
         assert result.exit_code == 1
@@ -584,7 +591,8 @@ def test_early_fault_of_one_rank_settles_then_restarts(store: sqlite.SqliteStore
         second.succeed()
         result = await bounded(run)
 
-        assert h.agent.called()[:4] == ["start_generation", "settle", "complete_snapshots",
+        assert h.agent.called()[:5] == ["start_generation", "settle", "describe",
+                                        "complete_snapshots",
                                         "stop_workers"]
         assert (result.outcome, result.restarts_used) == (events.JobOutcome.SUCCEEDED, 1)
         assert h.kinds().count("recovery-completed") == 0  # never stepped: nothing measured

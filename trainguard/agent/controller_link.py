@@ -50,7 +50,13 @@ class ControllerLink:
                              envelope.WhichOneof("body"))
                 continue
             ack = await self._carry_out(envelope.command)
-            ack.report.CopyFrom(self._report())
+            try:
+                ack.report.CopyFrom(self._report())
+            except Exception as error:  # the controller must hear back, whatever failed
+                logger.exception("describing the agent failed")
+                ack = pb.Ack(command_id=ack.command_id,
+                             failed=pb.Failure(error=f"describing the agent failed: "
+                                                     f"{type(error).__name__}: {error}"))
             self._send(pb.Envelope(ack=ack))
 
     def close(self) -> None:
@@ -77,8 +83,10 @@ class ControllerLink:
                     ack.dump.step = step
             elif kind == "complete_snapshots":
                 order_snapshots = command.complete_snapshots
-                await agent.complete_snapshots(failed_rank=order_snapshots.failed_rank,
-                                               timeout=order_snapshots.timeout)
+                await agent.complete_snapshots(
+                    failed_rank=order_snapshots.failed_rank,
+                    step=(order_snapshots.step if order_snapshots.HasField("step") else None),
+                    timeout=order_snapshots.timeout)
             elif kind == "stop_workers":
                 await agent.stop_workers()
             elif kind == "stop_at":
@@ -93,18 +101,17 @@ class ControllerLink:
             else:
                 ack.failed.error = f"a command this agent does not know: {kind}"
                 return ack
+            if kind in ("start_generation", "recover"):
+                assert agent.generation is not None
+                ack.generation.CopyFrom(_generation(agent, agent.generation))
+            elif kind != "dump":
+                ack.done.SetInParent()
         except process.RecoveryError as error:
             ack.refused.reason = str(error)
             return ack
         except Exception as error:
             logger.exception("the agent failed to carry out %s", kind)
             ack.failed.error = f"{type(error).__name__}: {error}"
-            return ack
-        if kind in ("start_generation", "recover"):
-            assert agent.generation is not None
-            ack.generation.CopyFrom(_generation(agent.generation))
-        elif kind != "dump":
-            ack.done.SetInParent()
         return ack
 
     def _watch(self, generation: workers.Generation) -> None:
@@ -128,14 +135,14 @@ class ControllerLink:
             spares_left=self._agent.spares_left))
         generation = generation or self._agent.generation
         if generation is not None:
-            report.generation.CopyFrom(_generation(generation))
+            report.generation.CopyFrom(_generation(self._agent, generation))
         return report
 
     def _send(self, envelope: pb.Envelope) -> None:
         self._channel.send(codec.pack(envelope))
 
 
-def _generation(generation: workers.Generation) -> pb.Generation:
+def _generation(agent: node_agent.NodeAgent, generation: workers.Generation) -> pb.Generation:
     restore = generation.restore
     message = pb.Generation(
         number=generation.number, master_port=generation.master_port,
@@ -147,7 +154,8 @@ def _generation(generation: workers.Generation) -> pb.Generation:
     if ended:
         message.outcome.CopyFrom(codec.outcome_to_pb(generation.outcome.result()))
     for worker in generation.workers.values():
-        message.workers.append(_worker(worker, ended=ended))
+        message.workers.append(_worker(worker, ended=ended,
+                                       snapshot_step=agent.newest_snapshot(worker.rank)))
     if generation.completed_step is not None:
         message.completed_step = generation.completed_step
     if generation.all_stepping.done():
@@ -155,7 +163,8 @@ def _generation(generation: workers.Generation) -> pb.Generation:
     return message
 
 
-def _worker(worker: workers.WorkerState, *, ended: bool) -> pb.Worker:
+def _worker(worker: workers.WorkerState, *, ended: bool, snapshot_step: int | None
+            ) -> pb.Worker:
     message = pb.Worker(rank=worker.rank, stopping=worker.stopping, alive=worker.alive,
                         in_process=worker.in_process, device=worker.device)
     if worker.returncode is not None:
@@ -164,6 +173,8 @@ def _worker(worker: workers.WorkerState, *, ended: bool) -> pb.Worker:
         message.exited_at = worker.exited_at
     if worker.begun_step is not None:
         message.begun_step = worker.begun_step
+    if snapshot_step is not None:
+        message.snapshot_step = snapshot_step
     if worker.left is not None:
         message.left.CopyFrom(codec.left_to_pb(worker.left))
     # The controller reads excerpts once the generation has ended (a hung rank's stderr

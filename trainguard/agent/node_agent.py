@@ -314,22 +314,23 @@ class NodeAgent:
         """Wait until every worker has exited on its own, or ``timeout`` seconds."""
         await self._current().wait_all_exited(timeout)
 
-    async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
+    async def complete_snapshots(self, *, failed_rank: int, step: int | None,
+                                 timeout: float) -> None:
         """Let healthy ranks finish the snapshots the failed rank's loss would otherwise cost.
 
         A rank that fails right after its snapshot of step N+1 often finds the others still
         finishing step N, or copying their own snapshot of N+1 behind the next step
         (train/copy_behind.py); stopping them at once would leave N+1 incomplete and lose a
         step. So until ``timeout``: every healthy rank's snapshot in progress is finished, and
-        every healthy rank holds the newest step any rank holds. The slot headers decide, not
+        every healthy rank holds ``step``, the newest step any rank holds (the controller finds
+        it from every host's reports: :meth:`newest_snapshot`). The slot headers decide, not
         the commit messages (a short snapshot's waits for the next mark; a killed rank's never
         comes); ranks blocked waiting for the failed one just wait.
         """
         generation = self._current()
         memory = self._checkpoints
         healthy = [w for w in generation.workers.values() if w.rank != failed_rank]
-        target = max((step for rank in generation.workers
-                      if (step := memory.newest_step(rank)) is not None), default=None)
+        target = step
 
         def caught_up() -> bool:  # a rank that left its generation commits nothing more
             return not any(
@@ -339,6 +340,10 @@ class NodeAgent:
                 for w in healthy)
 
         await self._wait_changed(caught_up, timeout, poll=_SNAPSHOT_POLL_SECONDS)
+
+    def newest_snapshot(self, rank: int) -> int | None:
+        """The step of ``rank``'s newest snapshot in this host's memory."""
+        return self._checkpoints.newest_step(rank)
 
     async def stop_workers(self, *, timeout: float = 10.0) -> None:
         """End every worker now (SIGKILL to its process group) and wait for the exits."""

@@ -44,6 +44,7 @@ class WorkerInfo:
     device: int
     error: str
     begun_step: int | None = None
+    snapshot_step: int | None = None
 
     def excerpt(self) -> str:
         return self.error
@@ -57,7 +58,9 @@ class WorkerInfo:
                    alive=message.alive, in_process=message.in_process,
                    left=codec.left_from_pb(message.left) if message.HasField("left") else None,
                    device=message.device, error=message.excerpt,
-                   begun_step=message.begun_step if message.HasField("begun_step") else None)
+                   begun_step=message.begun_step if message.HasField("begun_step") else None,
+                   snapshot_step=(message.snapshot_step if message.HasField("snapshot_step")
+                                  else None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,9 +176,12 @@ class AgentProxy:
         ack = await self._command(dump=pb.Dump(failed=sorted(failed)))
         return ack.dump.step if ack.dump.HasField("step") else None
 
-    async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
-        await self._command(complete_snapshots=pb.CompleteSnapshots(
-            failed_rank=failed_rank, timeout=timeout))
+    async def complete_snapshots(self, *, failed_rank: int, step: int | None,
+                                 timeout: float) -> None:
+        order = pb.CompleteSnapshots(failed_rank=failed_rank, timeout=timeout)
+        if step is not None:
+            order.step = step
+        await self._command(complete_snapshots=order)
 
     async def stop_workers(self) -> None:
         await self._command(stop_workers=pb.StopWorkers())

@@ -38,6 +38,10 @@ class WorkerView(Protocol):
     def begun_step(self) -> int | None:
         """The step it began last in this generation."""
         ...
+    @property
+    def snapshot_step(self) -> int | None:
+        """The step of its newest snapshot in its host's memory."""
+        ...
 
     def excerpt(self) -> str:
         """The worker's error: its error file or the end of its stderr."""
@@ -115,9 +119,11 @@ class AgentHandle(Protocol):
         """Save the newest state the healthy replicas hold; returns its step."""
         ...
 
-    async def complete_snapshots(self, *, failed_rank: int, timeout: float) -> None:
-        """Give healthy ranks up to ``timeout`` seconds to commit the snapshot the failed rank
-        already has, so that a restart loses no completed step."""
+    async def complete_snapshots(self, *, failed_rank: int, step: int | None,
+                                 timeout: float) -> None:
+        """Give healthy ranks up to ``timeout`` seconds to finish their snapshots in progress
+        and to hold ``step`` (the newest any rank holds, which the failed rank may have), so
+        that a restart loses no completed step."""
         ...
 
     async def stop_workers(self) -> None:

@@ -219,8 +219,12 @@ class JobController:
         if new:
             if policy.may_be_crash_loop(self.settings, self._context(generation, fault)):
                 await self._agent.settle(timeout=self.settings.crash_loop_settle)
-            await self._agent.complete_snapshots(failed_rank=fault.rank,
-                                                 timeout=self.settings.snapshot_grace)
+            current = await self._agent.describe()
+            await self._agent.complete_snapshots(
+                failed_rank=fault.rank,
+                step=cluster_view.newest_snapshot(w.snapshot_step
+                                                  for w in current.workers.values()),
+                timeout=self.settings.snapshot_grace)
             fault = dataclasses.replace(fault,
                                         error_excerpt=generation.workers[fault.rank].excerpt())
             self._record(events.FaultDetected.of(job=self._job, generation=generation.number,

@@ -71,12 +71,14 @@ class Dump(_message.Message):
     def __init__(self, failed: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CompleteSnapshots(_message.Message):
-    __slots__ = ("failed_rank", "timeout")
+    __slots__ = ("failed_rank", "timeout", "step")
     FAILED_RANK_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     failed_rank: int
     timeout: float
-    def __init__(self, failed_rank: _Optional[int] = ..., timeout: _Optional[float] = ...) -> None: ...
+    step: int
+    def __init__(self, failed_rank: _Optional[int] = ..., timeout: _Optional[float] = ..., step: _Optional[int] = ...) -> None: ...
 
 class StopWorkers(_message.Message):
     __slots__ = ()
@@ -201,7 +203,7 @@ class Restore(_message.Message):
     def __init__(self, source: _Optional[str] = ..., step: _Optional[int] = ..., note: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ("rank", "returncode", "stopping", "exited_at", "alive", "in_process", "left", "device", "excerpt", "begun_step")
+    __slots__ = ("rank", "returncode", "stopping", "exited_at", "alive", "in_process", "left", "device", "excerpt", "begun_step", "snapshot_step")
     RANK_FIELD_NUMBER: _ClassVar[int]
     RETURNCODE_FIELD_NUMBER: _ClassVar[int]
     STOPPING_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +214,7 @@ class Worker(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     EXCERPT_FIELD_NUMBER: _ClassVar[int]
     BEGUN_STEP_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_STEP_FIELD_NUMBER: _ClassVar[int]
     rank: int
     returncode: int
     stopping: bool
@@ -222,7 +225,8 @@ class Worker(_message.Message):
     device: int
     excerpt: str
     begun_step: int
-    def __init__(self, rank: _Optional[int] = ..., returncode: _Optional[int] = ..., stopping: _Optional[bool] = ..., exited_at: _Optional[float] = ..., alive: _Optional[bool] = ..., in_process: _Optional[bool] = ..., left: _Optional[_Union[Left, _Mapping]] = ..., device: _Optional[int] = ..., excerpt: _Optional[str] = ..., begun_step: _Optional[int] = ...) -> None: ...
+    snapshot_step: int
+    def __init__(self, rank: _Optional[int] = ..., returncode: _Optional[int] = ..., stopping: _Optional[bool] = ..., exited_at: _Optional[float] = ..., alive: _Optional[bool] = ..., in_process: _Optional[bool] = ..., left: _Optional[_Union[Left, _Mapping]] = ..., device: _Optional[int] = ..., excerpt: _Optional[str] = ..., begun_step: _Optional[int] = ..., snapshot_step: _Optional[int] = ...) -> None: ...
 
 class Left(_message.Message):
     __slots__ = ("generation", "step", "error", "code", "time")
