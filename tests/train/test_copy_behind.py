@@ -108,7 +108,10 @@ def test_the_next_optimizer_step_waits_and_each_snapshot_holds_its_own_step(
     trainer.close()
     assert moved, "no tensor was copied behind"
     # What the agent hears counts the copy made behind, not only the moment checkpoint() took.
-    costs = [m.copy_seconds for m in agent.received if isinstance(m, messages.SnapshotCommitted)]
+    # (The fake agent reads on a thread of its own: the last commit may still be on its way.)
+    received = agent.wait_for(
+        lambda arrived: sum(isinstance(m, messages.SnapshotCommitted) for m in arrived) >= 5)
+    costs = [m.copy_seconds for m in received if isinstance(m, messages.SnapshotCommitted)]
     assert len(costs) == 5
     assert all(cost >= 0.2 for cost in costs[2:]), costs
     in_slots = _in_slots(tmp_path)
