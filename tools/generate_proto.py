@@ -6,7 +6,6 @@ grpcio-tools, whose compiler makes the same bytes each time, and a test compares
 
 from __future__ import annotations
 
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +14,7 @@ from grpc_tools import protoc  # the dev extra: only regenerating needs the comp
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "trainguard" / "proto"
-SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+SUFFIXES = ("_pb2.py", "_pb2.pyi")
 
 
 def generate(into: Path) -> list[Path]:
@@ -23,15 +22,12 @@ def generate(into: Path) -> list[Path]:
     protos = sorted(HERE.glob("*.proto"))
     # The include path is the repository root, so the generated imports are package paths.
     status = protoc.main(["protoc", f"-I{ROOT}", f"--python_out={into}", f"--pyi_out={into}",
-                          f"--grpc_python_out={into}",
                           *(str(p.relative_to(ROOT)) for p in protos)])
     if status != 0:
         raise RuntimeError(f"protoc failed with status {status}")
-    # gRPC code only for files that define a service; for the others it would be empty.
-    serviceless = {f"{proto.stem}_pb2_grpc.py" for proto in protos
-                   if not re.search(r"^service ", proto.read_text(), re.MULTILINE)}
-    return sorted(path for path in into.rglob("*")
-                  if path.name.endswith(SUFFIXES) and path.name not in serviceless)
+    # No gRPC stubs: grpc_channel.py serves and calls Control.Connect by its descriptor,
+    # passing the envelopes' bytes through as they are.
+    return sorted(path for path in into.rglob("*") if path.name.endswith(SUFFIXES))
 
 
 def main() -> int:

@@ -46,7 +46,7 @@ def test_leaving_round_trips(generation: int, step: int | None, error: str, code
 
 
 def test_an_envelope_round_trips_with_its_version() -> None:
-    data = codec.pack(pb.Envelope(command=pb.Command(id=7, settle=pb.Settle(timeout=2.5))))
+    data = versioned.serialize(pb.Envelope(command=pb.Command(id=7, settle=pb.Settle(timeout=2.5))))
     envelope = codec.unpack(data)
     assert envelope.version == versioned.PROTOCOL_VERSION
     assert envelope.command.id == 7

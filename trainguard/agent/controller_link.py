@@ -139,7 +139,7 @@ class ControllerLink:
         return report
 
     def _send(self, envelope: pb.Envelope) -> None:
-        self._channel.send(codec.pack(envelope))
+        self._channel.send(versioned.serialize(envelope))
 
 
 def _generation(agent: node_agent.NodeAgent, generation: workers.Generation) -> pb.Generation:

@@ -13,7 +13,9 @@ controller's commands and from the workers' messages alike, on one event loop. W
 decided or done elsewhere already is (attribution, the launcher, the watchdog, fault injection,
 checkpoint memory, the rendezvous stores); splitting the commands from the message handling would
 hand that mutable generation across modules and make each side's invariants the other's. The
-message-based seam to the controller (commands with ids, reports) is where it splits next.
+controller reaches it only through :mod:`.controller_link` (commands with ids, reports); what
+shrinks it next is decisions that span ranks moving out to the controller, as the graceful
+stop's step and the snapshot grace's step already have.
 """
 
 from __future__ import annotations

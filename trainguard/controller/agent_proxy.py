@@ -219,7 +219,7 @@ class AgentProxy:
         answered: asyncio.Future[pb.Ack] = asyncio.get_running_loop().create_future()
         self._pending[command.id] = answered
         try:
-            self._channel.send(codec.pack(pb.Envelope(command=command)))
+            self._channel.send(versioned.serialize(pb.Envelope(command=command)))
             ack = await answered
         finally:
             self._pending.pop(command.id, None)

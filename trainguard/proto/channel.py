@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-__all__ = ["Channel", "ChannelClosedError", "in_process_pair"]
+__all__ = ["Channel", "ChannelClosedError", "QueuedEnd", "in_process_pair"]
 
 
 class ChannelClosedError(ConnectionError):
@@ -38,12 +38,12 @@ class Channel(Protocol):
         ...
 
 
-class _QueueEnd:
-    _CLOSED = None
+class QueuedEnd:
+    """The sending half every channel end shares: sends queue on ``outbox`` and never block;
+    a close queues its end mark (None) behind them, so everything sent is still delivered.
+    Subclasses receive, and call :meth:`_peer_gone` once the other end is gone."""
 
-    def __init__(self, inbox: asyncio.Queue[bytes | None],
-                 outbox: asyncio.Queue[bytes | None]) -> None:
-        self._inbox = inbox
+    def __init__(self, outbox: asyncio.Queue[bytes | None]) -> None:
         self._outbox = outbox
         self._closed = False
         self._peer_closed = False
@@ -53,19 +53,32 @@ class _QueueEnd:
             raise ChannelClosedError("this end of the channel is closed")
         self._outbox.put_nowait(data)
 
-    async def receive(self) -> bytes:
-        if self._peer_closed:
-            raise ChannelClosedError("the other end closed the channel")
-        data = await self._inbox.get()
-        if data is None:
-            self._peer_closed = True
-            raise ChannelClosedError("the other end closed the channel")
-        return data
-
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._outbox.put_nowait(self._CLOSED)
+            self._outbox.put_nowait(None)
+
+    def _peer_gone(self, why: str) -> ChannelClosedError:
+        self._peer_closed = True
+        return ChannelClosedError(why)
+
+    def _check_peer(self) -> None:
+        if self._peer_closed:
+            raise ChannelClosedError("the other end closed the channel")
+
+
+class _QueueEnd(QueuedEnd):
+    def __init__(self, inbox: asyncio.Queue[bytes | None],
+                 outbox: asyncio.Queue[bytes | None]) -> None:
+        super().__init__(outbox)
+        self._inbox = inbox
+
+    async def receive(self) -> bytes:
+        self._check_peer()
+        data = await self._inbox.get()
+        if data is None:
+            raise self._peer_gone("the other end closed the channel")
+        return data
 
 
 def in_process_pair() -> tuple[Channel, Channel]:

@@ -10,7 +10,7 @@ from trainguard.faults import process
 from trainguard.faults.levels import Level
 from trainguard.ipc import messages
 from trainguard.proto import control_pb2 as pb
-from trainguard.proto.versioned import ProtocolError, parse, serialize
+from trainguard.proto.versioned import ProtocolError, parse
 
 __all__ = [
     "fault_from_pb",
@@ -19,13 +19,8 @@ __all__ = [
     "left_to_pb",
     "outcome_from_pb",
     "outcome_to_pb",
-    "pack",
     "unpack",
 ]
-
-def pack(envelope: pb.Envelope) -> bytes:
-    return serialize(envelope)
-
 
 def unpack(data: bytes) -> pb.Envelope:
     """Raises:

@@ -17,60 +17,49 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from trainguard.proto import channel as channels
 from trainguard.proto import control_pb2 as pb
-from trainguard.proto import control_pb2_grpc as pb_grpc
-from trainguard.proto.channel import ChannelClosedError
 
 __all__ = ["AgentConnection", "ControlServer", "connect"]
 
 logger = logging.getLogger(__name__)
 
 
-class _StreamEnd:
+_SERVICE = pb.DESCRIPTOR.services_by_name["Control"]
+_CONNECT = f"/{_SERVICE.full_name}/{_SERVICE.methods_by_name['Connect'].name}"
+"""control.proto's ``Control.Connect``. Its envelopes cross the stream as the bytes the codec
+made: no (de)serializer is registered, so gRPC neither parses nor re-encodes them."""
+
+
+class _StreamEnd(channels.QueuedEnd):
     """A channel over one side of a bidirectional stream: ``read`` and ``write`` are that
-    side's (the server's context or the client's call). Sends queue for a writer task, so
-    that :meth:`send` never blocks, as the protocol's ends expect."""
+    side's (the server's context or the client's call). Sends queue for a writer task."""
 
     def __init__(self, read: Callable[[], Awaitable[Any]],
-                 write: Callable[[pb.Envelope], Awaitable[None]],
+                 write: Callable[[bytes], Awaitable[None]],
                  done_writing: Callable[[], Awaitable[None]] | None = None) -> None:
+        super().__init__(asyncio.Queue())
         self._read = read
         self._write = write
         self._done_writing = done_writing
-        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._closed = False
-        self._peer_closed = False
         self.writer = asyncio.create_task(self._write_all(), name="trainguard-grpc-writer")
 
-    def send(self, data: bytes) -> None:
-        if self._closed:
-            raise ChannelClosedError("this end of the channel is closed")
-        self._outbox.put_nowait(data)
-
     async def receive(self) -> bytes:
-        if self._peer_closed:
-            raise ChannelClosedError("the other end closed the stream")
+        self._check_peer()
         try:
-            message = await self._read()
+            data = await self._read()
         except grpc.aio.AioRpcError as error:
-            self._peer_closed = True
-            raise ChannelClosedError(f"the stream broke: {error.code().name}: "
-                                     f"{error.details()}") from error
-        if message is grpc.aio.EOF:
-            self._peer_closed = True
-            raise ChannelClosedError("the other end closed the stream")
-        data: bytes = message.SerializeToString()
+            raise self._peer_gone(f"the stream broke: {error.code().name}: "
+                                  f"{error.details()}") from error
+        if data is grpc.aio.EOF:
+            raise self._peer_gone("the other end closed the stream")
+        assert isinstance(data, bytes)
         return data
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._outbox.put_nowait(None)
 
     async def _write_all(self) -> None:
         try:
             while (data := await self._outbox.get()) is not None:
-                await self._write(pb.Envelope.FromString(data))
+                await self._write(data)
             if self._done_writing is not None:
                 await self._done_writing()
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as error:
@@ -79,12 +68,20 @@ class _StreamEnd:
             self._closed = True
 
 
-class _Servicer(pb_grpc.ControlServicer):
+class ControlServer:
+    """The controller's gRPC server; ``on_agent(channel, peer)`` runs for each agent's stream,
+    which ends when it returns."""
+
     def __init__(self, on_agent: Callable[[_StreamEnd, str], Awaitable[None]]) -> None:
         self._on_agent = on_agent
+        self._server = grpc.aio.server()
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            _SERVICE.full_name,
+            {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}),))
+        self.port = 0
 
-    async def Connect(self, request_iterator: Any,  # noqa: N802 - the name control.proto gives
-                      context: grpc.aio.ServicerContext[pb.Envelope, pb.Envelope]) -> None:
+    async def _connect(self, requests: object,
+                       context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
         end = _StreamEnd(context.read, context.write)
         try:
             await self._on_agent(end, context.peer())
@@ -93,16 +90,6 @@ class _Servicer(pb_grpc.ControlServicer):
             # Let the last messages out before the stream ends with the handler.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(end.writer, 5.0)
-
-
-class ControlServer:
-    """The controller's gRPC server; ``on_agent(channel, peer)`` runs for each agent's stream,
-    which ends when it returns."""
-
-    def __init__(self, on_agent: Callable[[_StreamEnd, str], Awaitable[None]]) -> None:
-        self._server = grpc.aio.server()
-        pb_grpc.add_ControlServicer_to_server(_Servicer(on_agent), self._server)
-        self.port = 0
 
     async def start(self, listen: str) -> int:
         """Listen on ``HOST:PORT`` (port 0: a free one); returns the port.
@@ -148,5 +135,5 @@ async def connect(address: str, *, timeout: float) -> AgentConnection:
         await channel.close()
         raise ConnectionError(f"the controller at {address} did not answer within "
                               f"{timeout:g} s") from None
-    call = pb_grpc.ControlStub(channel).Connect()
+    call: grpc.aio.StreamStreamCall[bytes, bytes] = channel.stream_stream(_CONNECT)()
     return AgentConnection(channel, _StreamEnd(call.read, call.write, call.done_writing))
