@@ -12,17 +12,19 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shlex
 import signal
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from trainguard import __version__, owner_only
 from trainguard import clock as clocks
-from trainguard import owner_only
 from trainguard.agent import (
     checkpoint_memory,
     controller_link,
+    joining,
     node_agent,
     persister_client,
     rendezvous_stores,
@@ -31,12 +33,20 @@ from trainguard.agent import (
     standby_client,
     step_statistics,
 )
-from trainguard.controller import agent_proxy, device_levels, fault_config, job_controller, policy
+from trainguard.controller import (
+    agent_proxy,
+    cluster_view,
+    device_levels,
+    fault_config,
+    job_controller,
+    policy,
+    service,
+)
 from trainguard.detect import heartbeat
 from trainguard.faults.device import device_health
 from trainguard.ipc import checkpoint_layout
 from trainguard.job import events
-from trainguard.proto import channel
+from trainguard.proto import channel, control_pb2, grpc_channel
 from trainguard.store import api as store_api
 from trainguard.store import recorder, sqlite
 from trainguard.telemetry import live, metrics
@@ -95,6 +105,9 @@ class RunSettings:
     metrics_address: str = "0.0.0.0"
     """Address the metrics endpoint listens on: every interface, as exporters do for a scraper
     on another host; 127.0.0.1 keeps it on this host."""
+    cluster: joining.ClusterSettings | None = None
+    """A job across hosts: this host's agent joins the controller named there, which drives
+    the job; None: the controller runs here, for this host alone."""
 
     def __post_init__(self) -> None:
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
@@ -162,10 +175,57 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     agent_settings = settings.agent
     if settings.fault_config_dir is not None and not settings.fault_config_dir.is_dir():
         raise LaunchError(f"fault-config-dir: {settings.fault_config_dir} is not a directory")
+    connection = None
+    if settings.cluster is not None:
+        connection, agent_settings = await _join(settings, settings.cluster)
+    try:
+        return await _run(settings, agent_settings, connection, observer)
+    finally:
+        if connection is not None:
+            await connection.disconnect()
+
+
+async def _join(settings: RunSettings, cluster: joining.ClusterSettings
+                ) -> tuple[grpc_channel.AgentConnection, node_agent.AgentSettings]:
+    """Register this host with the job's controller; its settings, placed.
+
+    Raises:
+        LaunchError: refused, or the controller was not reached in time.
+    """
+    agent = settings.agent
+    try:
+        address = cluster.local_addr or joining.local_address(cluster.endpoint)
+    except OSError as error:
+        raise LaunchError(f"no route to the controller at {cluster.endpoint}: {error}") from error
+    program = agent.program
+    register = control_pb2.Register(
+        job=agent.run_id, nnodes=cluster.nnodes, nproc_per_node=agent.nproc_per_node,
+        program=shlex.join([program.target, *program.args]), version=__version__,
+        host=socket.gethostname(), address=address, dp_size=agent.dp_size or 0,
+        recovery=service.recovery_to_pb(settings.recovery))
+    if cluster.node_rank is not None:
+        register.node_rank = cluster.node_rank
+    try:
+        connection, placement = await joining.join(cluster, register,
+                                                   on_retry=logger.warning)
+    except joining.JoinRefusedError as error:
+        raise LaunchError(str(error)) from error
+    logger.warning("joined job %s at %s as node %d of %d", agent.run_id, cluster.endpoint,
+                   placement.node_rank, placement.nnodes)
+    return connection, agent.placed(node_rank=placement.node_rank, nnodes=placement.nnodes,
+                                    address=address)
+
+
+async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
+               connection: grpc_channel.AgentConnection | None,
+               observer: RunObserver | None) -> RunReport:
     run_dir = agent_settings.run_dir
     run_dir.parent.mkdir(parents=True, exist_ok=True)  # the run root may be shared by users
     owner_only.make_dir(run_dir)
     checkpoint_dir = settings.checkpoint.checkpoint_dir or run_dir / "checkpoints"
+    if settings.checkpoint.checkpoint_dir is not None and agent_settings.nnodes > 1:
+        # Each host writes its own ranks' part of every step: apart, even on a shared disk.
+        checkpoint_dir /= f"node-{agent_settings.node_rank}"
     directory = checkpoint_layout.CheckpointDirectory(checkpoint_dir)
     slots = snapshot_slots.SnapshotSlots()
     clock = clocks.SystemClock()
@@ -175,7 +235,7 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     try:
         directory.ensure_writable()
         store = sqlite.SqliteStore.open(run_dir / STORE_NAME)
-        for rank in range(agent_settings.nproc_per_node):
+        for rank in agent_settings.ranks:
             for slot in range(snapshot_slots.SLOTS_PER_RANK):
                 if settings.snapshot_memory:
                     slots.grant(rank, slot, settings.snapshot_memory)
@@ -189,8 +249,18 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
         raise
     events_recorder = recorder.EventRecorder(store, clock)
     env = base_environment(agent_settings.nproc_per_node)
+    if agent_settings.nnodes > 1:
+        # Replicas are on other hosts: a rank's whole state stays in its own host's memory.
+        env["TRAINGUARD_SNAPSHOT_SHARES"] = "0"
+        # gloo finds its address from the hostname, and falls back to loopback when that does
+        # not resolve: peers on other hosts would then be told 127.0.0.1. The interface that
+        # reaches the controller reaches the other hosts.
+        interface = joining.interface_of(agent_settings.master_addr)
+        if interface is not None and "GLOO_SOCKET_IFNAME" not in env:
+            env["GLOO_SOCKET_IFNAME"] = interface
     memory = checkpoint_memory.CheckpointMemory(
-        settings.checkpoint, job=agent_settings.run_id, world_size=agent_settings.nproc_per_node,
+        settings.checkpoint, job=agent_settings.run_id, world_size=agent_settings.world_size,
+        ranks=agent_settings.ranks,
         directory=directory, slots=slots, persister=persister_client.PersisterClient(env=env),
         record=events_recorder.record, clock=clock)
 
@@ -211,14 +281,22 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             problems=[problem.describe() for problem in problems]))
         engine = device_health.FaultEngine(table=config.config.codes,
                                            customization=config.config.customization)
-    # The controller drives this host's agent through the controller protocol, as it would
-    # an agent on another host; here the messages go through a pair of in-process queues.
-    agent_end, controller_end = channel.in_process_pair()
-    link = controller_link.ControllerLink(agent, agent_end, host=socket.gethostname())
-    proxy = agent_proxy.AgentProxy(controller_end)
-    controller = job_controller.JobController(
-        settings.recovery, job=agent_settings.run_id, world_size=agent_settings.nproc_per_node,
-        agent=proxy, recorder=events_recorder, clock=clock, device_faults=engine)
+    driver: _Driver
+    if connection is None:
+        # The controller drives this host's agent through the controller protocol, as it
+        # would an agent on another host; here the messages go through in-process queues.
+        agent_end, controller_end = channel.in_process_pair()
+        proxy = agent_proxy.AgentProxy(controller_end)
+        driver = _ControllerHere(
+            controller_link.ControllerLink(agent, agent_end, host=socket.gethostname()), proxy,
+            job_controller.JobController(
+                settings.recovery, job=agent_settings.run_id,
+                world_size=agent_settings.world_size, agent=proxy, recorder=events_recorder,
+                clock=clock, device_faults=engine))
+    else:
+        driver = _ControllerAway(
+            controller_link.ControllerLink(agent, connection.channel, host=socket.gethostname()),
+            agent, clock=clock)
     pacer = snapshot_pacing.SnapshotPacer(agent_settings, agent=agent,
                                           record=events_recorder.record, clock=clock)
     events_recorder.subscribe(tally.event)
@@ -232,7 +310,7 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
             observer.serving_metrics(url=server.url)
     main = asyncio.current_task()
     assert main is not None
-    with _signals_stop(settings.signals, controller, main):
+    with _signals_stop(settings.signals, driver, main):
         progress = asyncio.create_task(_report_progress(agent, observer, settings))
         publishing = asyncio.create_task(_publish_live(agent, events_recorder, tally, exporter,
                                                        clock=clock))
@@ -250,14 +328,7 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
                 raise LaunchError(f"the standby process did not start: {error}") from error
             except rendezvous_stores.RendezvousError as error:
                 raise LaunchError(str(error)) from error
-            serving = asyncio.create_task(link.serve(), name="trainguard-controller-link")
-            try:
-                await proxy.connect(timeout=CONTROLLER_LINK_TIMEOUT)
-                result = await controller.run()
-            finally:
-                await proxy.close()
-                link.close()
-                await asyncio.gather(serving, return_exceptions=True)
+            result = await driver.run()
             lag = memory.lag()
             measured = events.RunMeasured(
                 job=agent_settings.run_id, steps_completed=result.resume_step,
@@ -286,8 +357,82 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
         snapshot_every=agent.snapshot_every)
 
 
+class _Driver(Protocol):
+    """Whoever decides this host's job: a controller here, or the job's controller away."""
+
+    def request_stop(self, reason: str, *, exit_code: int) -> None: ...
+    async def run(self) -> job_controller.JobResult: ...
+
+
+class _ControllerHere:
+    """One host: the controller runs in this process."""
+
+    def __init__(self, link: controller_link.ControllerLink, proxy: agent_proxy.AgentProxy,
+                 controller: job_controller.JobController) -> None:
+        self._link = link
+        self._proxy = proxy
+        self._controller = controller
+
+    def request_stop(self, reason: str, *, exit_code: int) -> None:
+        self._controller.request_stop(reason, exit_code=exit_code)
+
+    async def run(self) -> job_controller.JobResult:
+        serving = asyncio.create_task(self._link.serve(), name="trainguard-controller-link")
+        try:
+            await self._proxy.connect(timeout=CONTROLLER_LINK_TIMEOUT)
+            return await self._controller.run()
+        finally:
+            await self._proxy.close()
+            self._link.close()
+            await asyncio.gather(serving, return_exceptions=True)
+
+
+class _ControllerAway:
+    """A job across hosts: the job's controller drives this host's agent over its stream and
+    says how the job ended. A stop asked of this host (a signal) ends this host's generation
+    as a stop request, which the controller turns into a graceful stop of every host."""
+
+    def __init__(self, link: controller_link.ControllerLink, agent: node_agent.NodeAgent, *,
+                 clock: clocks.Clock) -> None:
+        self._link = link
+        self._agent = agent
+        self._clock = clock
+
+    def request_stop(self, reason: str, *, exit_code: int) -> None:
+        self._agent.request_stop(reason)
+
+    async def run(self) -> job_controller.JobResult:
+        started = self._clock.monotonic()
+        end = await self._link.serve()
+        if end is None:
+            return await self._orphaned(started)
+        return job_controller.JobResult(
+            outcome=events.JobOutcome(end.outcome), reason=end.reason, exit_code=end.exit_code,
+            faults=(), generations=end.generations, restarts_used=end.restarts_used,
+            wall_seconds=end.wall_seconds, resume_step=end.resume_step, errors=end.errors)
+
+    async def _orphaned(self, started: float) -> job_controller.JobResult:
+        """The controller went away without ending the job: stop this host's ranks after a
+        dying checkpoint (the other hosts do the same when they see it gone)."""
+        reason = "the job's controller went away without ending the job"
+        logger.error("%s: stopping this host's workers after a dying checkpoint", reason)
+        agent = self._agent
+        resume = 0
+        generation = agent.generation
+        if generation is not None:
+            await agent.graceful_stop(cluster_view.stop_step(
+                w.begun_step for w in generation.workers.values()))
+            await agent.flush_checkpoints()
+            resume = (generation.completed_step or -1) + 1
+        return job_controller.JobResult(
+            outcome=events.JobOutcome.FAILED, reason=reason, exit_code=1, faults=(),
+            generations=generation.number + 1 if generation is not None else 0,
+            restarts_used=0, wall_seconds=self._clock.monotonic() - started,
+            resume_step=resume)
+
+
 @contextlib.contextmanager
-def _signals_stop(signals: tuple[signal.Signals, ...], controller: job_controller.JobController,
+def _signals_stop(signals: tuple[signal.Signals, ...], controller: _Driver,
                   main: asyncio.Task[RunReport]) -> Iterator[None]:
     loop = asyncio.get_running_loop()
     received: list[signal.Signals] = []

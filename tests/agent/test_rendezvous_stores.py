@@ -14,8 +14,8 @@ from trainguard.agent import node_agent, rendezvous_stores
 CALL_TIMEOUT = 120.0  # the host imports torch first
 
 
-def test_each_store_listens_on_the_address_only_and_the_older_one_closes() -> None:
-    async def scenario() -> tuple[set[str], set[str], set[str]]:
+def test_each_store_listens_on_the_address_only_and_the_older_one_closes_when_told() -> None:
+    async def scenario() -> tuple[set[str], set[str], set[str], set[str]]:
         stores = rendezvous_stores.RendezvousStores(address="127.0.0.1", env=os.environ)
         try:
             await asyncio.wait_for(stores.start(), CALL_TIMEOUT)
@@ -23,12 +23,15 @@ def test_each_store_listens_on_the_address_only_and_the_older_one_closes() -> No
             await asyncio.wait_for(stores.host(first), CALL_TIMEOUT)
             while_first = listening(first)
             await asyncio.wait_for(stores.host(second), CALL_TIMEOUT)
-            return while_first, listening(first), listening(second)
+            both = listening(first)
+            await asyncio.wait_for(stores.keep_only(second), CALL_TIMEOUT)
+            return while_first, both, listening(first), listening(second)
         finally:
             await stores.close()
 
-    while_first, first_after, second = asyncio.run(scenario())
-    assert while_first == second == {"127.0.0.1"}
+    while_first, both, first_after, second = asyncio.run(scenario())
+    assert while_first == both == second == {"127.0.0.1"}, (
+        "a new store must not close the older one before the generation is entered")
     assert first_after == set(), "the previous generation's store must close"
 
 

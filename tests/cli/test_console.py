@@ -3,6 +3,7 @@ summary that says what it cannot know."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -149,3 +150,13 @@ def test_the_summary_fits_80_columns() -> None:
                            Console(file=out, width=80))
     assert "…" not in out.getvalue()
     assert "restart failed ranks" in out.getvalue()
+
+
+def test_a_reason_quoting_an_error_with_brackets_is_printed_as_it_is() -> None:
+    report = _report(policy.Strategy.FAIL, recovery=None, training_seconds=None, resume_step=0)
+    reason = "rank 3 raised RuntimeError: Gloo failed with [/gloo/tcp/pair.cc:152] timed out"
+    failed = dataclasses.replace(report.result, outcome=events.JobOutcome.FAILED, reason=reason)
+
+    text = _summary(dataclasses.replace(report, result=failed))
+
+    assert "[/gloo/tcp/pair.cc:152]" in text

@@ -130,7 +130,16 @@ def test_malformed_command_lines(args: list[str], expected: str,
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--nnodes", "2"], "--nnodes 2: only single-node jobs"),
+    (["--nnodes", "2"], "--nnodes 2: a job across nodes needs --rdzv-endpoint"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:29400"], "every node of the job must give the "
+                                                      "same --rdzv-id"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h", "--rdzv-id", "j"], "'h' is not HOST:PORT"),
+    (["--nnodes", "2", "--standalone"], "--standalone is a single-node job"),
+    (["--nnodes", "2:3"], "spare hosts (MAX > MIN) are not supported yet"),
+    (["--nnodes", "3:2"], "needs 1 <= MIN <= MAX"),
+    (["--nnodes", "two"], "--nnodes 'two'"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "j", "--node-rank", "2"],
+     "node-rank must be 0..1, got 2"),
     (["--node-rank", "1"], "--node-rank"),
     (["-m", "--no-python"], "--module and --no-python cannot be used together"),
     (["--redirects", "5"], "--redirects: '5' is not one of"),

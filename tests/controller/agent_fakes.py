@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ class FakeAgent:
 
     def __init__(self) -> None:
         self.layout = replicas.ReplicaLayout(4, 2)
+        self.settings = types.SimpleNamespace(node_rank=0)
+        self.placed: list[tuple[tuple[str, int] | None, int | None]] = []
+        """Each generation's rendezvous and restore step, as the controller ordered them."""
         self.spares_left = 1
         self.generation: workers.Generation | None = None
         self.calls: list[tuple[str, Any]] = []
@@ -48,13 +52,25 @@ class FakeAgent:
         return generation
 
     async def start_generation(self, number: int, *, restart_count: int,
-                               move: Collection[int] = ()) -> workers.Generation:
+                               move: Collection[int] = (),
+                               rendezvous: tuple[str, int] | None = None,
+                               restore_step: int | None = None) -> workers.Generation:
         self.calls.append(("start", (number, restart_count, sorted(move))))
+        self.placed.append((rendezvous, restore_step))
         return self._form(number)
 
+    async def host_store(self) -> tuple[str, int]:
+        self.calls.append(("host_store", None))
+        return "10.0.0.2", 29517
+
+    async def leave(self, *, replace: Collection[int]) -> None:
+        self.calls.append(("leave", sorted(replace)))
+
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
-                      to_spares: bool) -> workers.Generation:
+                      to_spares: bool, rendezvous: tuple[str, int] | None = None,
+                      restore_step: int | None = None) -> workers.Generation:
         self.calls.append(("recover", (number, sorted(replace), to_spares)))
+        self.placed.append((rendezvous, restore_step))
         if self.refuse is not None:
             raise process.RecoveryError(self.refuse)
         return self._form(number)
@@ -69,6 +85,9 @@ class FakeAgent:
             await self.settling.wait()
         if self.fail is not None:
             raise self.fail
+
+    def disk_steps(self) -> list[int]:
+        return [8]
 
     def newest_snapshot(self, rank: int) -> int | None:
         return self.snapshots.get(rank)

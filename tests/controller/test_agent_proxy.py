@@ -16,9 +16,11 @@ from trainguard.faults import process
 from trainguard.ipc import messages
 from trainguard.job import replicas
 from trainguard.proto import channel
+from trainguard.proto import control_pb2 as pb
 
 
-async def _connected(agent: FakeAgent) -> tuple[agent_proxy.AgentProxy, asyncio.Task[None]]:
+async def _connected(agent: FakeAgent
+                     ) -> tuple[agent_proxy.AgentProxy, asyncio.Task[pb.EndJob | None]]:
     agent_end, controller_end = channel.in_process_pair()
     link_agent: Any = agent
     link = controller_link.ControllerLink(link_agent, agent_end, host="host-a")

@@ -16,7 +16,7 @@ import pytest
 
 from trainguard import testing
 
-__all__ = ["SCRIPTS", "Job", "Start", "unavailable"]
+__all__ = ["SCRIPTS", "Job", "LoggedProcess", "Start", "unavailable"]
 
 SCRIPTS = Path(__file__).parent / "scripts"
 DEFAULT_TIMEOUT = 180.0
@@ -35,19 +35,46 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-class Job:
-    """One ``trainguard run`` process (and, through its process group, everything it starts)."""
+class LoggedProcess:
+    """A ``trainguard`` command in a process group of its own, its output in ``log``; ended
+    with everything it started."""
 
-    def __init__(self, args: list[str], *, run_root: Path, run_id: str, cwd: Path,
+    def __init__(self, command: list[str], *, log: Path, cwd: Path,
                  env: dict[str, str] | None = None) -> None:
-        self.run_dir = run_root / run_id
-        self.log = cwd / f"{run_id}.console.log"
-        command = [sys.executable, "-m", "trainguard", "run", "--run-root", str(run_root),
-                   "--rdzv-id", run_id, *args]
+        self.log = log
         self._output = self.log.open("ab")
         self.process = subprocess.Popen(
             command, cwd=cwd, stdout=self._output, stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})}, start_new_session=True)
+
+    def output(self) -> str:
+        if not self._output.closed:
+            self._output.flush()
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        testing.end_process_tree(self.process.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
+        self._output.close()
+
+
+class Job(LoggedProcess):
+    """One ``trainguard run`` process (and, through its process group, everything it starts)."""
+
+    def __init__(self, args: list[str], *, run_root: Path, run_id: str, cwd: Path,
+                 env: dict[str, str] | None = None, node: int | None = None,
+                 prefix: tuple[str, ...] = ()) -> None:
+        """``node``: this host's node rank in a job across hosts (its run directory is the
+        job's ``node-<rank>``); ``prefix``: what runs the command (a network namespace's)."""
+        self.run_dir = run_root / run_id
+        name = run_id
+        if node is not None:
+            self.run_dir /= f"node-{node}"
+            name = f"{run_id}.node-{node}"
+        command = [*prefix, sys.executable, "-m", "trainguard", "run", "--run-root",
+                   str(run_root), "--rdzv-id", run_id, *args]
+        super().__init__(command, log=cwd / f"{name}.console.log", cwd=cwd, env=env)
 
     def wait(self, timeout: float = DEFAULT_TIMEOUT) -> int:
         try:
@@ -57,19 +84,8 @@ class Job:
             self.kill()
             pytest.fail(f"trainguard run did not end within {timeout} s:\n{output}")
 
-    def output(self) -> str:
-        if not self._output.closed:
-            self._output.flush()
-        return self.log.read_text(errors="replace")
-
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
-
-    def kill(self) -> None:
-        testing.end_process_tree(self.process.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(10)
-        self._output.close()
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         if not (self.run_dir / "state.db").exists():

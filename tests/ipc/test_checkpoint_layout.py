@@ -114,12 +114,31 @@ def test_manifest_from_documented_example() -> None:
     (json.dumps(manifest_body(shards=[{"rank": 0, "file": "a", "nbytes": 1, "xxh3_64": "1"},
                                       {"rank": 0, "file": "b", "nbytes": 1, "xxh3_64": "1"}])),
      "manifest lists ranks [0, 0] for world size 2"),
-    (json.dumps(manifest_body(world_size=3)), "manifest lists ranks [0, 1] for world size 3"),
+    (json.dumps(manifest_body(shards=[])), "manifest lists ranks [] for world size 2"),
 ])
 def test_manifest_from_json_rejects(text: str, reason: str) -> None:
     with pytest.raises(CheckpointError) as caught:
         Manifest.from_json(text)
     assert reason in str(caught.value)
+
+
+def test_a_manifest_of_some_ranks_is_one_hosts_part(tmp_path: Path) -> None:
+    """A job across hosts: each host's directory lists its own ranks; a restore there needs
+    exactly those, and one host's part never passes for the whole job's checkpoint."""
+    directory = CheckpointDirectory(tmp_path)
+    step_dir = tmp_path / "step-000000120"
+    step_dir.mkdir()
+    body = manifest_body(world_size=4, shards=[
+        {"rank": 2, "file": "rank-00002.tgsnap", "nbytes": 1, "xxh3_64": "1"},
+        {"rank": 3, "file": "rank-00003.tgsnap", "nbytes": 1, "xxh3_64": "1"}])
+    (step_dir / "manifest.json").write_text(json.dumps(body))
+
+    assert directory.holding(step_dir, world_size=4, ranks=[3, 2]).ranks == [2, 3]
+    with pytest.raises(CheckpointError, match=r"holds ranks \[2, 3\], this host has "
+                                              r"\[0, 1, 2, 3\]"):
+        directory.holding(step_dir, world_size=4)
+    with pytest.raises(CheckpointError, match=r"holds ranks \[2, 3\], this host has \[0, 1\]"):
+        directory.holding(step_dir, world_size=4, ranks=[0, 1])
 
 
 @pytest.mark.parametrize("text", ["[]", "null"])

@@ -19,7 +19,7 @@ NEW_MESSAGES: list[messages.Message] = [
                             code="80E01801", time=12.5),
     messages.LeftGeneration(generation=0, step=None, error="", code="", time=0.0),
     messages.Abort(generation=7),
-    messages.Rejoin(generation=8, master_port=29517, restart_count=2),
+    messages.Rejoin(generation=8, master_addr="10.0.0.2", master_port=29517, restart_count=2),
     messages.RestorePlan(request_id=5, source=messages.RestoreSource.PEER, step=40, path="",
                          next_slot=0, slot_paths=["/dev/shm/a", ""], note="from rank 0",
                          peer=0, send_to=[]),
@@ -56,8 +56,10 @@ def test_wire_names() -> None:
 
 
 def test_encode_writes_every_field() -> None:
-    assert messages.encode(messages.Rejoin(generation=2, master_port=29500, restart_count=1)) == (
-        b'{"type":"rejoin","generation":2,"master_port":29500,"restart_count":1}\n')
+    assert messages.encode(messages.Rejoin(generation=2, master_addr="h", master_port=29500,
+                                           restart_count=1)) == (
+        b'{"type":"rejoin","generation":2,"master_addr":"h","master_port":29500,'
+        b'"restart_count":1}\n')
     assert messages.encode(messages.Abort(generation=4)) == b'{"type":"abort","generation":4}\n'
 
 
@@ -104,9 +106,11 @@ def test_left_generation_with_a_float_time_given_as_int() -> None:
      "code", "left: field 'code' is 80, expected str"),
     ({"type": "abort", "generation": True}, "generation",
      "abort: field 'generation' is True, expected int"),
-    ({"type": "rejoin", "generation": 1, "master_port": "29500", "restart_count": 0},
+    ({"type": "rejoin", "generation": 1, "master_addr": "h", "master_port": "29500",
+      "restart_count": 0},
      "master_port", "rejoin: field 'master_port' is '29500', expected int"),
-    ({"type": "rejoin", "generation": 1, "master_port": 29500, "restart_count": None},
+    ({"type": "rejoin", "generation": 1, "master_addr": "h", "master_port": 29500,
+      "restart_count": None},
      "restart_count", "rejoin: field 'restart_count' is None, expected int"),
 ])
 def test_a_bad_field_type_names_the_field(body: dict[str, Any], field: str, text: str) -> None:
@@ -164,9 +168,10 @@ def test_defaulted_lists_are_not_shared_between_decoded_plans() -> None:
     assert second.send_to == []
 
 
-@pytest.mark.parametrize("missing", ["generation", "master_port", "restart_count"])
+@pytest.mark.parametrize("missing", ["generation", "master_addr", "master_port", "restart_count"])
 def test_a_required_field_of_rejoin_is_still_required(missing: str) -> None:
-    body = {"type": "rejoin", "generation": 1, "master_port": 29500, "restart_count": 0}
+    body = {"type": "rejoin", "generation": 1, "master_addr": "h", "master_port": 29500,
+            "restart_count": 0}
     del body[missing]
 
     with pytest.raises(messages.MessageError) as caught:
@@ -221,7 +226,8 @@ def test_recovery_messages_round_trip_property(strategies: list[str], generation
                                                restarts: int) -> None:
     for message in (messages.RecoverySupported(strategies=strategies),
                     messages.Abort(generation=generation),
-                    messages.Rejoin(generation=generation, master_port=port,
+                    messages.Rejoin(generation=generation, master_addr=strategies[0]
+                                    if strategies else "", master_port=port,
                                     restart_count=restarts)):
         assert messages.decode(messages.encode(message)) == message
 

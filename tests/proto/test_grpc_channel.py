@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from typing import Any
 
 import pytest
@@ -59,13 +60,23 @@ def test_an_agent_that_goes_away_fails_the_controllers_waiting_command() -> None
     async def scenario() -> str:
         failed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-        async def drive(channel: Any, _: str) -> None:
-            proxy = agent_proxy.AgentProxy(channel)
-            await proxy.connect(timeout=10)
+        async def settle(proxy: agent_proxy.AgentProxy) -> None:
             try:
                 await proxy.settle(timeout=60)
             except agent_proxy.AgentCommandError as error:
                 failed.set_result(str(error))
+
+        async def drive(channel: Any, _: str) -> None:
+            # As the controller's service: the command is the job's, not the stream's, task;
+            # gRPC may cancel the stream's handler when the agent's connection drops.
+            proxy = agent_proxy.AgentProxy(channel)
+            await proxy.connect(timeout=10)
+            command = asyncio.create_task(settle(proxy))
+            try:
+                await proxy.wait_gone()
+            finally:
+                await proxy.close()
+                await asyncio.wait_for(command, 10)
 
         server = grpc_channel.ControlServer(drive)
         port = await server.start("127.0.0.1:0")
@@ -89,13 +100,25 @@ def test_an_agent_that_goes_away_fails_the_controllers_waiting_command() -> None
     assert "the agent is gone" in asyncio.run(scenario())
 
 
-def test_a_controller_that_does_not_answer_is_named_with_its_address() -> None:
+def test_a_controller_that_refuses_is_named_with_its_address_at_once() -> None:
     async def scenario() -> None:
         # A port nobody listens on: bound and closed.
         server = grpc_channel.ControlServer(lambda *_: asyncio.sleep(0))
         port = await server.start("127.0.0.1:0")
         await server.stop()
-        with pytest.raises(ConnectionError, match=rf"127.0.0.1:{port} did not answer within 0.5 s"):
-            await grpc_channel.connect(f"127.0.0.1:{port}", timeout=0.5)
+        with pytest.raises(ConnectionError, match=rf"the controller at 127.0.0.1:{port} refused "
+                                                  "the connection, or there is no route to it"):
+            await grpc_channel.connect(f"127.0.0.1:{port}", timeout=5)
 
     asyncio.run(scenario())
+
+
+def test_a_controller_that_accepts_but_never_answers_is_given_up_after_the_timeout() -> None:
+    async def scenario(port: int) -> None:
+        with pytest.raises(ConnectionError, match=rf"the controller at 127.0.0.1:{port} did "
+                                                  "not answer within 0.5 s"):
+            await grpc_channel.connect(f"127.0.0.1:{port}", timeout=0.5)
+
+    # A socket that accepts connections (the kernel's backlog) and never speaks HTTP/2.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        asyncio.run(scenario(silent.getsockname()[1]))

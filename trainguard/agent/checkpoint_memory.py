@@ -19,11 +19,12 @@ import contextlib
 import dataclasses
 import logging
 import shutil
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from trainguard import clock as clocks
 from trainguard.agent import persister_client, snapshot_slots
+from trainguard.faults import process
 from trainguard.ipc import checkpoint_layout, messages
 from trainguard.job import events, replicas
 from trainguard.proto import helpers_pb2
@@ -139,6 +140,7 @@ class CheckpointMemory:
         *,
         job: str,
         world_size: int,
+        ranks: Sequence[int] | None = None,
         directory: checkpoint_layout.CheckpointDirectory,
         slots: snapshot_slots.SnapshotSlots,
         persister: persister_client.PersisterClient,
@@ -149,6 +151,9 @@ class CheckpointMemory:
         self.directory = directory
         self._job = job
         self._world_size = world_size
+        self._ranks = list(ranks if ranks is not None else range(world_size))
+        """The ranks whose snapshots this host's memory holds (a job on several hosts: not
+        every rank of ``world_size``)."""
         self._slots = slots
         self._persister = persister
         self._record = record
@@ -199,7 +204,7 @@ class CheckpointMemory:
         does not count. Returns the snapshots used and, for each rank without its own, the
         replica that stands in."""
         held = {rank: {state.header.step: state for state in self._slots.committed(rank)}
-                for rank in range(self._world_size) if rank not in lost}
+                for rank in self._ranks if rank not in lost}
         steps = sorted({step for states in held.values() for step in states}, reverse=True)
         found = []
         for step in steps:
@@ -207,7 +212,7 @@ class CheckpointMemory:
             peers: dict[int, int] = {}
             having = [rank for rank, states in held.items() if step in states]
             holders: dict[int, set[int]] = {}  # read from the tables once a rank lacks the step
-            for rank in range(self._world_size):
+            for rank in self._ranks:
                 if rank in having:
                     used[rank] = held[rank][step]
                     continue
@@ -221,6 +226,16 @@ class CheckpointMemory:
                 peers[rank] = donor
             else:
                 found.append((step, list(used.values()), peers))
+        return found
+
+    def disk_steps(self) -> list[int]:
+        """The steps on disk whose manifest holds every rank of this host, newest first (their
+        shards are verified only when one is restored)."""
+        found = []
+        for step, path in self.directory.step_dirs():
+            with contextlib.suppress(checkpoint_layout.CheckpointError):
+                self.directory.holding(path, world_size=self._world_size, ranks=self._ranks)
+                found.append(step)
         return found
 
     def newest_complete(self) -> tuple[int, list[snapshot_slots.SlotState]] | None:
@@ -371,25 +386,36 @@ class CheckpointMemory:
     # --- restore -----------------------------------------------------------------------------
 
     async def plan_restore(self, *, lost: Collection[int] = (),
-                           layout: replicas.ReplicaLayout | None = None) -> RestoreChoice:
+                           layout: replicas.ReplicaLayout | None = None,
+                           step: int | None = None) -> RestoreChoice:
         """Choose the state every rank of the next generation starts from, and prepare memory.
 
         ``lost``: ranks whose memory snapshots are not to be used (their device was taken out
         of use); they are cleared. With the job's replica ``layout`` (only when the ranks can
         take state from a peer), a rank without its own snapshot of a step gets a replica's.
-        Memory slots holding steps newer than the choice (a timeline that was rolled back) are
-        cleared; the rank's next snapshot goes to the slot not holding the restored one.
+        ``step``: the step to restore, which every host of the job restores (0 with nothing
+        saved: start afresh); None: the newest step these ranks can. Memory slots holding steps
+        newer than the choice (a timeline that was rolled back) are cleared; the rank's next
+        snapshot goes to the slot not holding the restored one.
+
+        Raises:
+            process.RecoveryError: ``step`` is held neither in memory nor on disk (nothing
+                has been cleared).
         """
-        memory, skipped = await self._memory_candidate(lost, layout)
+        memory, skipped = await self._memory_candidate(lost, layout, step)
         disk_step, disk_paths, disk_skipped = await self._disk_candidate(
-            newer_than=memory.step if memory else None)
+            newer_than=memory.step if memory else None, only=step)
         skipped.extend(disk_skipped)
         if disk_step is not None and disk_paths is not None:
             choice = RestoreChoice(messages.RestoreSource.DISK, disk_step, disk_paths, "")
         elif memory is not None:
             choice = memory
-        else:
+        elif not step:
             choice = RestoreChoice(messages.RestoreSource.NONE, 0, {}, "")
+        else:
+            found = "; ".join(skipped) or "no snapshot or checkpoint of it"
+            raise process.RecoveryError(
+                f"step {step} cannot be restored on this host's ranks {self._ranks}: {found}")
         self._forget_after(choice, lost)
         note = "; ".join(skipped)
         return dataclasses.replace(choice, note=note)
@@ -402,10 +428,12 @@ class CheckpointMemory:
         return 0
 
     async def _memory_candidate(
-        self, lost: Collection[int], layout: replicas.ReplicaLayout | None
+        self, lost: Collection[int], layout: replicas.ReplicaLayout | None, only: int | None
     ) -> tuple[RestoreChoice | None, list[str]]:
         skipped: list[str] = []
         for step, states, peers in self.replica_complete_steps(lost=lost, layout=layout):
+            if only is not None and step != only:
+                continue
             problems = await asyncio.gather(
                 *(asyncio.to_thread(self._slots.verify, state) for state in states))
             bad = [f"rank {state.rank}: {problem}"
@@ -421,15 +449,17 @@ class CheckpointMemory:
         return None, skipped
 
     async def _disk_candidate(
-        self, *, newer_than: int | None
+        self, *, newer_than: int | None, only: int | None
     ) -> tuple[int | None, dict[int, str] | None, list[str]]:
         skipped: list[str] = []
         for step, path in self.directory.step_dirs():
             if newer_than is not None and step <= newer_than:
                 break
+            if only is not None and step != only:
+                continue
             try:
                 manifest = await asyncio.to_thread(self.directory.check, path,
-                                                   world_size=self._world_size)
+                                                   world_size=self._world_size, ranks=self._ranks)
             except checkpoint_layout.CheckpointError as error:
                 skipped.append(f"{path} skipped ({error})")
                 self._record(events.CheckpointRejected(job=self._job, path=str(path),

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 
-from trainguard.agent import node_agent, workers
+from trainguard.agent import node_agent, rendezvous_stores, workers
 from trainguard.faults import process
 from trainguard.proto import channel as channels
 from trainguard.proto import codec, versioned
@@ -33,15 +33,15 @@ class ControllerLink:
         self._seq = 0
         self._watched: set[int] = set()
 
-    async def serve(self) -> None:
-        """Say who this agent is, then carry out commands until the controller closes the
-        channel."""
+    async def serve(self) -> pb.EndJob | None:
+        """Say how this agent stands, then carry out commands until the controller ends the
+        job (returned, once acknowledged) or closes the channel (None)."""
         self._send(pb.Envelope(report=self._report()))
         while True:
             try:
                 envelope = codec.unpack(await self._channel.receive())
             except channels.ChannelClosedError:
-                return
+                return None
             except versioned.ProtocolError as error:
                 logger.error("a control message this agent cannot read: %s", error)
                 continue
@@ -49,7 +49,8 @@ class ControllerLink:
                 logger.error("the controller sent a %s, not a command: ignored",
                              envelope.WhichOneof("body"))
                 continue
-            ack = await self._carry_out(envelope.command)
+            command = envelope.command
+            ack = await self._carry_out(command)
             try:
                 ack.report.CopyFrom(self._report())
             except Exception as error:  # the controller must hear back, whatever failed
@@ -58,6 +59,8 @@ class ControllerLink:
                              failed=pb.Failure(error=f"describing the agent failed: "
                                                      f"{type(error).__name__}: {error}"))
             self._send(pb.Envelope(ack=ack))
+            if command.WhichOneof("kind") == "end_job":
+                return command.end_job
 
     def close(self) -> None:
         self._channel.close()
@@ -70,12 +73,23 @@ class ControllerLink:
             if kind == "start_generation":
                 order = command.start_generation
                 self._watch(await agent.start_generation(
-                    order.number, restart_count=order.restart_count, move=list(order.move)))
+                    order.number, restart_count=order.restart_count, move=list(order.move),
+                    rendezvous=_rendezvous(order), restore_step=(
+                        order.restore_step if order.HasField("restore_step") else None)))
             elif kind == "recover":
                 recover = command.recover
                 self._watch(await agent.recover(
                     recover.number, restart_count=recover.restart_count,
-                    replace=list(recover.replace), to_spares=recover.to_spares))
+                    replace=list(recover.replace), to_spares=recover.to_spares,
+                    rendezvous=_rendezvous(recover), restore_step=(
+                        recover.restore_step if recover.HasField("restore_step") else None)))
+            elif kind == "leave":
+                await agent.leave(replace=list(command.leave.replace))
+            elif kind == "host_store":
+                address, port = await agent.host_store()
+                ack.store.CopyFrom(pb.Rendezvous(address=address, port=port))
+            elif kind == "end_job":
+                pass  # the controller stopped the workers and flushed before it ended the job
             elif kind == "dump":
                 step = await agent.dump(failed=list(command.dump.failed))
                 ack.dump.SetInParent()
@@ -104,9 +118,9 @@ class ControllerLink:
             if kind in ("start_generation", "recover"):
                 assert agent.generation is not None
                 ack.generation.CopyFrom(_generation(agent, agent.generation))
-            elif kind != "dump":
+            elif kind not in ("dump", "host_store"):
                 ack.done.SetInParent()
-        except process.RecoveryError as error:
+        except (process.RecoveryError, rendezvous_stores.RendezvousError) as error:
             ack.refused.reason = str(error)
             return ack
         except Exception as error:
@@ -132,7 +146,8 @@ class ControllerLink:
         layout = self._agent.layout
         report = pb.Report(seq=self._seq, agent=pb.AgentState(
             host=self._host, world_size=layout.world_size, dp_size=layout.dp_size,
-            spares_left=self._agent.spares_left))
+            spares_left=self._agent.spares_left, node_rank=self._agent.settings.node_rank,
+            disk_steps=self._agent.disk_steps()))
         generation = generation or self._agent.generation
         if generation is not None:
             report.generation.CopyFrom(_generation(self._agent, generation))
@@ -140,6 +155,12 @@ class ControllerLink:
 
     def _send(self, envelope: pb.Envelope) -> None:
         self._channel.send(versioned.serialize(envelope))
+
+
+def _rendezvous(order: pb.StartGeneration | pb.Recover) -> tuple[str, int] | None:
+    if not order.HasField("rendezvous"):
+        return None
+    return order.rendezvous.address, order.rendezvous.port
 
 
 def _generation(agent: node_agent.NodeAgent, generation: workers.Generation) -> pb.Generation:

@@ -91,8 +91,8 @@ class NodeAgent:
             startup_timeout=detector.settings.startup_timeout, on_exit=self._on_exit,
             on_lost=self._on_standby_lost, log=self._log)
         self._attribution = attribution.FaultAttribution(clock)
-        self.layout = replicas.ReplicaLayout(settings.nproc_per_node,
-                                             settings.dp_size or settings.nproc_per_node)
+        self.layout = replicas.ReplicaLayout(settings.world_size,
+                                             settings.dp_size or settings.world_size)
         self._generation: workers.Generation | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._injector = fault_injection.FaultInjector(
@@ -126,17 +126,34 @@ class NodeAgent:
 
     # --- generations -------------------------------------------------------------------------
 
+    async def host_store(self) -> tuple[str, int]:
+        """Serve the rendezvous store of a generation about to start on several hosts, on a
+        fresh port of this host; returns its address and port.
+
+        Raises:
+            rendezvous_stores.RendezvousError: it cannot be served.
+        """
+        port = free_port(self.settings.master_addr)
+        await self._stores.host(port)
+        return self.settings.master_addr, port
+
     async def start_generation(self, number: int, *, restart_count: int,
-                               move: Collection[int] = ()) -> workers.Generation:
+                               move: Collection[int] = (),
+                               rendezvous: tuple[str, int] | None = None,
+                               restore_step: int | None = None) -> workers.Generation:
         """Plan the restore, then start every rank, the ranks in ``move`` on spare devices
         (their devices are out of use).
+
+        ``rendezvous``: the store another host serves for this generation (several hosts;
+        None: this agent serves one). ``restore_step``: the step every host restores (chosen
+        by the controller; None: the newest this host can).
 
         Workers that cannot be started (the standby process is gone and cannot be restarted)
         make the generation's outcome fatal rather than raise.
 
         Raises:
-            process.RecoveryError: fewer spare devices are left than ranks to move (nothing
-                has been started).
+            process.RecoveryError: fewer spare devices are left than ranks to move, or
+                ``restore_step`` cannot be restored here (nothing has been started).
         """
         if len(move) > self.spares_left:
             raise process.RecoveryError(
@@ -146,7 +163,8 @@ class NodeAgent:
         planning = self._clock.monotonic()
         # Every process is new and on this host: a rank whose snapshot of the newest step is
         # missing reads a replica's from memory, before any process group exists.
-        restore = (await self._checkpoints.plan_restore(layout=self.layout)).read_locally()
+        restore = (await self._checkpoints.plan_restore(
+            layout=self.layout, step=restore_step)).read_locally()
         plan_seconds = self._clock.monotonic() - planning
         if self._generation is not None and restore.source is messages.RestoreSource.MEMORY:
             redone = checkpoint_memory.redone_steps(
@@ -154,23 +172,28 @@ class NodeAgent:
             if redone:
                 self._log.warning("generation %d: %s", number, redone)
         settings = self.settings
-        port = settings.master_port if number == 0 and settings.master_port else free_port(
-            settings.master_addr)
+        address, port = rendezvous or (settings.master_addr, (
+            settings.master_port if number == 0 and settings.master_port
+            else free_port(settings.master_addr)))
         generation = workers.Generation(number=number, restart_count=restart_count,
-                                        master_port=port, started_at=self._clock.monotonic(),
+                                        master_addr=address, master_port=port,
+                                        started_at=self._clock.monotonic(),
                                         restore=restore, plan_seconds=plan_seconds)
-        await self._enter(generation)
-        for rank in range(settings.nproc_per_node):
+        await self._enter(generation, host=rendezvous is None)
+        for rank in settings.ranks:
             generation.workers[rank] = self._launcher.prepare(generation, rank)
-        await self._spawn(generation, range(settings.nproc_per_node))
+        await self._spawn(generation, settings.ranks)
         return generation
 
-    async def _enter(self, generation: workers.Generation) -> None:
-        """Make ``generation`` the current one, watched from now on."""
+    async def _enter(self, generation: workers.Generation, *, host: bool) -> None:
+        """Make ``generation`` the current one, watched from now on; ``host``: this agent
+        serves its rendezvous store (else another host does, or this one already)."""
         await self._stop_monitor()
         self._generation = generation
         try:
-            await self._stores.host(generation.master_port)
+            if host:
+                await self._stores.host(generation.master_port)
+            await self._stores.keep_only(generation.master_port)
         except rendezvous_stores.RendezvousError as error:
             generation.settle(process.GenerationOutcome(process.OutcomeKind.FATAL,
                                                         detail=str(error)))
@@ -184,19 +207,41 @@ class NodeAgent:
             if worker.pid is not None:
                 self._detector.start(rank, at=worker.started_at)
 
+    async def leave(self, *, replace: Collection[int]) -> None:
+        """The first half of :meth:`recover`, which a job on several hosts does on every host
+        before the next generation's store exists: end the processes of ``replace`` (and any
+        that died), and have every survivor leave the current generation (cut its
+        communicator and wait).
+
+        Raises:
+            process.RecoveryError: a survivor did not leave in time, or is gone.
+        """
+        old = self._current()
+        replace = set(replace) | {w.rank for w in old.workers.values() if not w.alive}
+        survivors = [w for w in old.workers.values() if w.rank not in replace]
+        for worker in old.workers.values():
+            if worker.rank in replace:
+                self._signal(worker, signal.SIGKILL)
+            elif worker.left is None:
+                worker.send(messages.Abort(old.number))
+        await self._await_leaving(old, survivors)
+
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
-                      to_spares: bool) -> workers.Generation:
+                      to_spares: bool, rendezvous: tuple[str, int] | None = None,
+                      restore_step: int | None = None) -> workers.Generation:
         """Form generation ``number`` from the surviving processes and new ones for
         ``replace`` (on spare devices when ``to_spares``: their memory is then not used).
 
-        The survivors are told to leave the current generation (they cut their communicator
-        and wait); the replaced ranks' processes are ended; then every rank is told (or
-        started) to join the new one on a fresh port.
+        The survivors are told to leave the current generation (:meth:`leave`; at once if they
+        have already); then every rank is told (or started) to join the new one on a fresh
+        port, or at ``rendezvous`` when another host serves its store. ``restore_step``: as
+        for :meth:`start_generation`.
 
         Raises:
             process.RecoveryError: a survivor did not leave in time, or is gone; or no saved
                 state is left to restore while the survivors' state is past step 0 (they
-                would keep it beside new ranks starting afresh).
+                would keep it beside new ranks starting afresh); or ``restore_step`` cannot be
+                restored here.
         """
         old = self._current()
         replace = set(replace) | {w.rank for w in old.workers.values() if not w.alive}
@@ -204,15 +249,10 @@ class NodeAgent:
         if to_spares and self.spares_left < len(replace):
             raise process.RecoveryError(
                 f"{self.spares_left} spare devices left for {len(replace)} ranks")
-        for worker in old.workers.values():
-            if worker.rank in replace:
-                self._signal(worker, signal.SIGKILL)
-            elif worker.left is None:
-                worker.send(messages.Abort(old.number))
-        await self._await_leaving(old, survivors)
+        await self.leave(replace=replace)
         planning = self._clock.monotonic()
         restore = await self._checkpoints.plan_restore(
-            lost=replace if to_spares else (), layout=self.layout)
+            lost=replace if to_spares else (), layout=self.layout, step=restore_step)
         if restore.source is messages.RestoreSource.NONE and survivors and (
                 old.completed_step is not None):
             raise process.RecoveryError(
@@ -220,17 +260,20 @@ class NodeAgent:
                 f" and the kept processes are past step {old.completed_step}: every rank must "
                 "start afresh")
         plan_seconds = self._clock.monotonic() - planning
+        address, port = rendezvous or (self.settings.master_addr,
+                                       free_port(self.settings.master_addr))
         generation = workers.Generation(
-            number=number, restart_count=restart_count,
-            master_port=free_port(self.settings.master_addr), started_at=self._clock.monotonic(),
-            restore=restore, plan_seconds=plan_seconds, kept=len(survivors))
-        await self._enter(generation)
+            number=number, restart_count=restart_count, master_addr=address, master_port=port,
+            started_at=self._clock.monotonic(), restore=restore, plan_seconds=plan_seconds,
+            kept=len(survivors))
+        await self._enter(generation, host=rendezvous is None)
         now = self._clock.monotonic()
         for worker in survivors:
             worker.carry_over()
             generation.workers[worker.rank] = worker
             self._detector.start(worker.rank, at=now)
-            worker.send(messages.Rejoin(number, generation.master_port, restart_count))
+            worker.send(messages.Rejoin(number, generation.master_addr, generation.master_port,
+                                         restart_count))
             worker.send(messages.SnapshotInterval(self.snapshot_every, restore.step))
         for rank in sorted(replace):
             if to_spares:
@@ -343,6 +386,10 @@ class NodeAgent:
 
         await self._wait_changed(caught_up, timeout, poll=_SNAPSHOT_POLL_SECONDS)
 
+    def disk_steps(self) -> list[int]:
+        """The steps this host's checkpoint directory holds for all its ranks, newest first."""
+        return self._checkpoints.disk_steps()
+
     def newest_snapshot(self, rank: int) -> int | None:
         """The step of ``rank``'s newest snapshot in this host's memory."""
         return self._checkpoints.newest_step(rank)
@@ -372,6 +419,13 @@ class NodeAgent:
             self._log.warning("workers still running %.0f s after the stop request; killing them",
                            self.settings.shutdown_timeout)
         await self.stop_workers()
+
+    def request_stop(self, reason: str) -> None:
+        """End the current generation as a stop request (a signal to this host's agent in a
+        job across hosts): the controller then stops every host gracefully."""
+        if self._generation is not None:
+            self._generation.settle(process.GenerationOutcome(
+                process.OutcomeKind.STOP_REQUESTED, detail=reason))
 
     def _signal(self, worker: workers.WorkerState, signum: signal.Signals) -> None:
         if not worker.alive or worker.pid is None:

@@ -35,7 +35,7 @@ class RendezvousStores:
             raise RendezvousError(f"the rendezvous host did not start: {error}") from error
 
     async def host(self, port: int) -> None:
-        """Serve a new store on ``port``, then close the older ones: their generations ended.
+        """Serve a new store on ``port``; the older ones stay until :meth:`keep_only`.
 
         Raises:
             RendezvousError: the address is not this host's, the port is taken, or the host
@@ -44,14 +44,26 @@ class RendezvousStores:
         try:
             reply = await self._host.call(pb.StoreRequest(
                 host=pb.HostStore(address=self.address, port=port)))
-            if reply.WhichOneof("kind") != "hosted":
-                raise RendezvousError(f"cannot host the rendezvous store on {self.address}:"
-                                      f"{port}: {reply.host_failed}")
-            for older in self._hosted:
-                await self._host.call(pb.StoreRequest(release=pb.ReleaseStore(port=older)))
         except helper_process.HelperLostError as error:
             raise RendezvousError(f"the rendezvous host is gone: {error}") from error
-        self._hosted = [port]
+        if reply.WhichOneof("kind") != "hosted":
+            raise RendezvousError(f"cannot host the rendezvous store on {self.address}:"
+                                  f"{port}: {reply.host_failed}")
+        self._hosted.append(port)
+
+    async def keep_only(self, port: int) -> None:
+        """Close every store but the one on ``port`` (if this host serves it): their
+        generations ended, and no process of theirs may reach a store again.
+
+        Raises:
+            RendezvousError: the host process is gone.
+        """
+        try:
+            for older in [p for p in self._hosted if p != port]:
+                await self._host.call(pb.StoreRequest(release=pb.ReleaseStore(port=older)))
+                self._hosted.remove(older)
+        except helper_process.HelperLostError as error:
+            raise RendezvousError(f"the rendezvous host is gone: {error}") from error
 
     async def close(self) -> None:
         await self._host.close()

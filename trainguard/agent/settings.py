@@ -18,6 +18,11 @@ class AgentSettings:
     run_id: str
     run_dir: Path
     role: str = "default"
+    node_rank: int = 0
+    """This host's place in the job (torchrun's GROUP_RANK): its ranks are
+    ``node_rank * nproc_per_node`` onwards."""
+    nnodes: int = 1
+    """Hosts that hold ranks (spare hosts not counted)."""
     master_addr: str = "127.0.0.1"
     master_port: int | None = None
     max_restarts: int = 0
@@ -52,6 +57,28 @@ class AgentSettings:
     unexpected interruptions in 54 days on 16,384 GPUs."""
 
     @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    @property
+    def ranks(self) -> range:
+        """The global ranks this host runs."""
+        return range(self.node_rank * self.nproc_per_node,
+                     (self.node_rank + 1) * self.nproc_per_node)
+
+    def placed(self, *, node_rank: int, nnodes: int, address: str) -> AgentSettings:
+        """These settings for node ``node_rank`` of a job across ``nnodes`` hosts, serving
+        rendezvous stores on ``address``: its run directory (and the default log directory in
+        it) is the job's ``node-<rank>``, so hosts sharing a file system keep apart."""
+        run_dir = self.run_dir / f"node-{node_rank}"
+        output = self.output
+        if output.log_dir is not None and output.log_dir.is_relative_to(self.run_dir):
+            output = dataclasses.replace(
+                output, log_dir=run_dir / output.log_dir.relative_to(self.run_dir))
+        return dataclasses.replace(self, node_rank=node_rank, nnodes=nnodes, master_addr=address,
+                                   run_dir=run_dir, output=output)
+
+    @property
     def snapshot_interval(self) -> int | None:
         """The fixed interval in steps; None for auto."""
         return snapshot_interval.parse_every(self.snapshot_every)
@@ -59,11 +86,15 @@ class AgentSettings:
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1:
             raise ValueError(f"nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        if self.nnodes < 1:
+            raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
+        if self.node_rank not in range(self.nnodes):
+            raise ValueError(f"node-rank must be 0..{self.nnodes - 1}, got {self.node_rank}")
         if self.spare_devices < 0:
             raise ValueError(f"spare-devices must be >= 0, got {self.spare_devices}")
         if self.dp_size is not None and self.dp_size < 1:
             raise ValueError(f"dp-size must be >= 1, got {self.dp_size}")
-        replicas.ReplicaLayout(self.nproc_per_node, self.dp_size or self.nproc_per_node)
+        replicas.ReplicaLayout(self.world_size, self.dp_size or self.world_size)
         if self.max_restarts < 0:
             raise ValueError(f"max-restarts must be >= 0, got {self.max_restarts}")
         if self.master_port is not None and self.master_port not in range(1, 65536):
@@ -77,6 +108,6 @@ class AgentSettings:
                 flag = name.replace("_", "-")
                 raise ValueError(f"{flag} must be > 0 seconds, got {getattr(self, name)}")
         for planned in self.fault_plan:
-            if planned.rank not in range(self.nproc_per_node):
+            if planned.rank not in range(self.world_size):
                 raise ValueError(f"fault plan names rank {planned.rank}; the job has ranks "
-                                 f"0..{self.nproc_per_node - 1}")
+                                 f"0..{self.world_size - 1}")

@@ -41,7 +41,8 @@ class WorkerLauncher:
         self._log = log
         self._standby: standby_client.StandbyProcess | None = None
         self._spare_standby: standby_client.StandbyProcess | None = None
-        self._devices = {rank: rank for rank in range(settings.nproc_per_node)}
+        offset = settings.ranks.start
+        self._devices = {rank: rank - offset for rank in settings.ranks}
         self._retired: list[int] = []  # devices ranks were moved off
         self._spares = iter(range(settings.nproc_per_node,
                                   settings.nproc_per_node + settings.spare_devices))
@@ -87,7 +88,7 @@ class WorkerLauncher:
 
     def prepare(self, generation: workers.Generation, rank: int) -> workers.WorkerState:
         settings = self.settings
-        local_rank = rank  # one node for now: global rank = local rank
+        local_rank = rank - settings.ranks.start
         attempt = settings.run_dir / f"attempt_{generation.number}" / str(rank)
         owner_only.make_dir(attempt)
         error_file = attempt / "error.json"
@@ -124,8 +125,9 @@ class WorkerLauncher:
         settings = self.settings
         env = workers.worker_environment(
             self._base_env, rank=worker.rank, local_rank=worker.local_rank,
-            world_size=settings.nproc_per_node, local_world_size=settings.nproc_per_node,
-            role=settings.role, master_addr=settings.master_addr,
+            world_size=settings.world_size, local_world_size=settings.nproc_per_node,
+            node_rank=settings.node_rank, nnodes=settings.nnodes,
+            role=settings.role, master_addr=generation.master_addr,
             master_port=generation.master_port, restart_count=generation.restart_count,
             max_restarts=settings.max_restarts, run_id=settings.run_id,
             error_file=worker.error_file, agent_socket=self.agent_address,
@@ -157,7 +159,7 @@ class WorkerLauncher:
         """
         settings = self.settings
         return device_visibility.visible_devices(
-            self._base_env, placement=[self._devices[r] for r in range(settings.nproc_per_node)],
+            self._base_env, placement=[self._devices[r] for r in settings.ranks],
             devices=settings.nproc_per_node + settings.spare_devices, retired=self._retired)
 
     async def close(self) -> None:

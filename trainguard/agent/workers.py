@@ -41,6 +41,8 @@ def worker_environment(
     local_rank: int,
     world_size: int,
     local_world_size: int,
+    node_rank: int,
+    nnodes: int,
     role: str,
     master_addr: str,
     master_port: int,
@@ -56,12 +58,12 @@ def worker_environment(
     env.update({
         "RANK": str(rank),
         "LOCAL_RANK": str(local_rank),
-        "GROUP_RANK": "0",
+        "GROUP_RANK": str(node_rank),
         "ROLE_RANK": str(rank),
         "ROLE_NAME": role,
         "LOCAL_WORLD_SIZE": str(local_world_size),
         "WORLD_SIZE": str(world_size),
-        "GROUP_WORLD_SIZE": "1",
+        "GROUP_WORLD_SIZE": str(nnodes),
         "ROLE_WORLD_SIZE": str(world_size),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
@@ -167,8 +169,10 @@ class Generation:
         restore: checkpoint_memory.RestoreChoice,
         plan_seconds: float = 0.0,
         kept: int = 0,
+        master_addr: str = "127.0.0.1",
     ) -> None:
         self.number = number
+        self.master_addr = master_addr  # the host serving this generation's rendezvous store
         self.kept = kept  # processes carried over from the previous generation
         self.plan_seconds = plan_seconds
         self.restart_count = restart_count

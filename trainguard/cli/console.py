@@ -8,6 +8,7 @@ from pathlib import Path
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from trainguard.agent import step_statistics
 from trainguard.controller import job_controller, policy
@@ -145,7 +146,8 @@ def render_summary(report: RunReport, console: Console) -> None:
     totals = Table(title="Job", title_justify="left", show_header=False)
     totals.add_column("what")
     totals.add_column("value", justify="right")
-    totals.add_row("outcome", f"{result.outcome}: {result.reason}")
+    # Reasons quote errors, whose brackets ([pair.cc:152]) are not markup.
+    totals.add_row("outcome", Text(f"{result.outcome}: {result.reason}"))
     totals.add_row("steps completed", str(result.resume_step) if steps_reported else
                    "not reported (the script does not use trainguard.train)")
     totals.add_row("restarts used", str(result.restarts_used))
@@ -158,7 +160,7 @@ def render_summary(report: RunReport, console: Console) -> None:
                        f"every {every} steps (a fault loses up to {every - 1})")
     if report.goodput is not None:
         totals.add_row("goodput", f"{report.goodput:.1%}")
-    totals.add_row("events", f"trainguard events --run-dir {report.run_dir}")
+    totals.add_row("events", Text(f"trainguard events --run-dir {report.run_dir}"))
     console.print(totals)
     _render_checkpoint_lag(report, console)
     if result.errors:

@@ -10,6 +10,7 @@ from trainguard import __version__
 from trainguard.agent import control, node_agent
 from trainguard.cli import (
     config_command,
+    controller_command,
     demo_command,
     events_command,
     faults_command,
@@ -98,6 +99,7 @@ def run(context: typer.Context) -> None:
     raise typer.Exit(run_command.main(context.args))
 
 
+app.command("controller")(controller_command.controller)
 app.command("demo")(demo_command.demo)
 app.command("events")(events_command.show_events)
 app.command("status")(status_command.status)

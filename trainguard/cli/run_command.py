@@ -27,6 +27,7 @@ from trainguard import launcher
 from trainguard.agent import (
     checkpoint_memory,
     fault_injection,
+    joining,
     node_agent,
     worker_output,
     workers,
@@ -51,11 +52,11 @@ GROUPS = (
     settings_flags.SettingsGroup("recovery", policy.RecoverySettings,
                                  exclude=frozenset({"max_restarts"})),
     settings_flags.SettingsGroup("run", launcher.RunSettings, exclude=frozenset(
-        {"agent", "heartbeat", "checkpoint", "recovery", "signals"})),
+        {"agent", "heartbeat", "checkpoint", "recovery", "signals", "cluster"})),
     settings_flags.SettingsGroup("agent", node_agent.AgentSettings, exclude=frozenset(
         {"nproc_per_node", "program", "run_id", "run_dir", "role", "master_addr",
          "master_port", "max_restarts", "monitor_interval", "shutdown_timeout", "output",
-         "fault_plan"})),
+         "fault_plan", "node_rank", "nnodes"})),
 )
 
 
@@ -215,8 +216,14 @@ def _program(arguments: argparse.Namespace) -> workers.ProgramSpec:
     return workers.ProgramSpec("path", str(Path(script).resolve()), args)
 
 
-def _warn_ignored(arguments: argparse.Namespace) -> None:
+_ACROSS_NODES = frozenset({"rdzv_backend", "rdzv_endpoint", "rdzv_conf", "local_addr"})
+"""torchrun's flags that mean something once a job spans nodes."""
+
+
+def _warn_ignored(arguments: argparse.Namespace, *, across_nodes: bool) -> None:
     for flag in torchrun_flags.FLAGS:
+        if across_nodes and flag.dest in _ACROSS_NODES:
+            continue
         value = getattr(arguments, flag.dest)
         default = ",".join(flag.default) if isinstance(flag.default, list) else flag.default
         if flag.ignored and value not in (default, None, False, ""):
@@ -335,12 +342,8 @@ def build_settings(arguments: argparse.Namespace, *,
     Raises:
         UsageError: naming the flag, the file's key or the variable.
     """
-    if arguments.nnodes not in ("1", "1:1"):
-        raise UsageError(f"--nnodes {arguments.nnodes}: only single-node jobs are supported "
-                         "for now (use 1)")
-    if arguments.node_rank != 0:
-        raise UsageError("--node-rank: only node 0 exists in a single-node job")
-    _warn_ignored(arguments)
+    cluster = _cluster(arguments)
+    _warn_ignored(arguments, across_nodes=cluster is not None)
     file = load_config(arguments.own__config, environ)
     file_name = str(arguments.own__config or environ.get("TRAINGUARD_CONFIG", "config"))
     nproc = _nproc(arguments.nproc_per_node)
@@ -365,6 +368,7 @@ def build_settings(arguments: argparse.Namespace, *,
             run_id=run_id, run_dir=run_dir, role=arguments.role,
             master_addr=arguments.master_addr, master_port=arguments.master_port,
             max_restarts=arguments.max_restarts, monitor_interval=arguments.monitor_interval,
+            nnodes=cluster.nnodes if cluster is not None else 1,
             **shutdown, output=_output(arguments, run_dir), fault_plan=_fault_plan(inject or ""))
         settings: launcher.RunSettings = groups["run"].build(
             values, **sources, agent=agent,
@@ -372,7 +376,7 @@ def build_settings(arguments: argparse.Namespace, *,
             checkpoint=groups["checkpoint"].build(values, **sources),
             recovery=_recovery(groups["recovery"], values, agent, arguments.max_restarts,
                                sources=sources),
-            signals=_signals(arguments.signals_to_handle))
+            signals=_signals(arguments.signals_to_handle), cluster=cluster)
     except settings_flags.SettingsError as error:
         raise UsageError(str(error)) from error
     if settings.checkpoint.checkpoint_dir is not None:
@@ -381,6 +385,57 @@ def build_settings(arguments: argparse.Namespace, *,
         raise UsageError(f"--fault-config-dir {str(settings.fault_config_dir)!r} is not a "
                          "directory")
     return settings
+
+
+def _nnodes(value: str) -> int:
+    """torchrun's ``N`` or ``MIN:MAX``; spare hosts (MAX > MIN) are not supported yet."""
+    low, _, high = value.partition(":")
+    try:
+        nodes = int(low)
+        most = int(high) if high else nodes
+    except ValueError:
+        raise UsageError(f"--nnodes {value!r}: a number of nodes, or MIN:MAX") from None
+    if nodes < 1 or most < nodes:
+        raise UsageError(f"--nnodes {value!r}: needs 1 <= MIN <= MAX")
+    if most > nodes:
+        raise UsageError(f"--nnodes {value}: spare hosts (MAX > MIN) are not supported yet; "
+                         f"use --nnodes {nodes}")
+    return nodes
+
+
+def _cluster(arguments: argparse.Namespace) -> joining.ClusterSettings | None:
+    """A job across nodes from torchrun's multi-node flags; None for one node.
+
+    Raises:
+        UsageError: naming the flag.
+    """
+    nnodes = _nnodes(arguments.nnodes)
+    if nnodes == 1:
+        if arguments.node_rank != 0:
+            raise UsageError("--node-rank: only node 0 exists in a single-node job")
+        return None
+    if arguments.standalone:
+        raise UsageError(f"--standalone is a single-node job; --nnodes is {nnodes}")
+    if not arguments.rdzv_endpoint:
+        raise UsageError(f"--nnodes {nnodes}: a job across nodes needs --rdzv-endpoint "
+                         "HOST:PORT, the address of `trainguard controller --listen`")
+    if arguments.rdzv_id in ("", "none"):
+        raise UsageError(f"--nnodes {nnodes}: every node of the job must give the same "
+                         "--rdzv-id")
+    conf = dict(item.partition("=")[::2] for item in arguments.rdzv_conf.split(",") if item)
+    try:
+        timeout = float(conf.pop("join_timeout", 600))
+        # As torchrun: the static backend takes --node-rank, the others assign one.
+        node_rank = arguments.node_rank if arguments.rdzv_backend == "static" else None
+        cluster = joining.ClusterSettings(
+            endpoint=arguments.rdzv_endpoint, nnodes=nnodes, node_rank=node_rank,
+            local_addr=arguments.local_addr, join_timeout=timeout)
+    except ValueError as error:
+        raise UsageError(f"--rdzv-endpoint/--rdzv-conf/--node-rank: {error}") from error
+    for key in conf:
+        logger.warning("--rdzv-conf %s has no effect: trainguard's controller is the "
+                       "rendezvous", key)
+    return cluster
 
 
 def _recovery(group: settings_flags.SettingsGroup, values: dict[str, Any],

@@ -47,7 +47,8 @@ def _both(name: str) -> tuple[str, ...]:
     return (f"--{name}", f"--{name.replace('-', '_')}")
 
 
-_ONE_NODE = "trainguard runs one node with its own rendezvous per generation"
+_ONE_NODE = ("on one node (--nnodes 1) trainguard keeps its own rendezvous per generation; "
+             "across nodes the controller at --rdzv-endpoint is the rendezvous")
 
 FLAGS: tuple[TorchrunFlag, ...] = (
     TorchrunFlag(("--nnodes",), "nnodes", "1:1", str,
@@ -95,7 +96,9 @@ FLAGS: tuple[TorchrunFlag, ...] = (
                  "Filters for duplicated stdout lines.", ignored="not supported yet"),
     TorchrunFlag(_both("duplicate-stderr-filters"), "duplicate_stderr_filters", [], str,
                  "Filters for duplicated stderr lines.", ignored="not supported yet"),
-    TorchrunFlag(_both("node-rank"), "node_rank", 0, int, "Rank of this node (0 for now)."),
+    TorchrunFlag(_both("node-rank"), "node_rank", 0, int,
+                 "Rank of this node, 0..nnodes-1 (rdzv-backend static; with c10d or etcd the "
+                 "controller assigns one)."),
     TorchrunFlag(_both("master-addr"), "master_addr", "127.0.0.1", str,
                  "Address of rank 0, which hosts each generation's store (MASTER_ADDR)."),
     TorchrunFlag(_both("master-port"), "master_port", None, int,

@@ -106,6 +106,14 @@ class GenerationView:
             self.outcome.set_result(codec.outcome_from_pb(message.outcome))
 
 
+def _place(order: pb.StartGeneration | pb.Recover, rendezvous: tuple[str, int] | None,
+           restore_step: int | None) -> None:
+    if rendezvous is not None:
+        order.rendezvous.CopyFrom(pb.Rendezvous(address=rendezvous[0], port=rendezvous[1]))
+    if restore_step is not None:
+        order.restore_step = restore_step
+
+
 class AgentProxy:
     def __init__(self, channel: channels.Channel) -> None:
         self._channel = channel
@@ -117,6 +125,7 @@ class AgentProxy:
         self._known = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
         self._gone: BaseException | None = None
+        self._ended = asyncio.Event()
 
     async def connect(self, *, timeout: float) -> None:
         """Start reading the agent's messages; returns once the agent has said who it is.
@@ -138,6 +147,9 @@ class AgentProxy:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
+        # Closed before the agent's end was read (gRPC cancels a stream's handler when the
+        # agent's connection drops): whoever waits on it must still hear it is gone.
+        self._lost(channels.ChannelClosedError("the connection to the agent was closed"))
 
     @property
     def host(self) -> str:
@@ -146,6 +158,11 @@ class AgentProxy:
     @property
     def spares_left(self) -> int:
         return self._state().spares_left
+
+    @property
+    def disk_steps(self) -> list[int]:
+        """Steps the host's checkpoint directory holds for all its ranks, newest first."""
+        return list(self._state().disk_steps)
 
     @property
     def layout(self) -> replicas.ReplicaLayout:
@@ -160,17 +177,45 @@ class AgentProxy:
     # --- the agent's commands (api.AgentHandle) ------------------------------------------------
 
     async def start_generation(self, number: int, *, restart_count: int,
-                               move: Collection[int] = ()) -> GenerationView:
-        ack = await self._command(start_generation=pb.StartGeneration(
-            number=number, restart_count=restart_count, move=sorted(move)))
-        return self._formed(ack)
+                               move: Collection[int] = (),
+                               rendezvous: tuple[str, int] | None = None,
+                               restore_step: int | None = None) -> GenerationView:
+        order = pb.StartGeneration(number=number, restart_count=restart_count, move=sorted(move))
+        _place(order, rendezvous, restore_step)
+        return self._formed(await self._command(start_generation=order))
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
-                      to_spares: bool) -> GenerationView:
-        ack = await self._command(recover=pb.Recover(
-            number=number, restart_count=restart_count, replace=sorted(replace),
-            to_spares=to_spares))
-        return self._formed(ack)
+                      to_spares: bool, rendezvous: tuple[str, int] | None = None,
+                      restore_step: int | None = None) -> GenerationView:
+        order = pb.Recover(number=number, restart_count=restart_count, replace=sorted(replace),
+                           to_spares=to_spares)
+        _place(order, rendezvous, restore_step)
+        return self._formed(await self._command(recover=order))
+
+    # --- the commands of a job across hosts (controller.cluster_agents) ------------------------
+
+    async def host_store(self) -> tuple[str, int]:
+        """Have this host serve the next generation's store; returns its address and port."""
+        ack = await self._command(host_store=pb.HostStore())
+        if ack.WhichOneof("result") != "store":
+            raise versioned.ProtocolError("the agent served a store but did not say where")
+        return ack.store.address, ack.store.port
+
+    async def leave(self, *, replace: Collection[int]) -> None:
+        await self._command(leave=pb.Leave(replace=sorted(replace)))
+
+    async def end_job(self, end: pb.EndJob) -> None:
+        await self._command(end_job=end)
+
+    @property
+    def gone(self) -> BaseException | None:
+        """Why the agent's channel ended, once it has."""
+        return self._gone
+
+    async def wait_gone(self) -> BaseException:
+        """Until the agent's channel ends; returns why."""
+        await self._ended.wait()
+        return self._gone or channels.ChannelClosedError("the controller closed the channel")
 
     async def dump(self, *, failed: Collection[int]) -> int | None:
         ack = await self._command(dump=pb.Dump(failed=sorted(failed)))
@@ -257,11 +302,17 @@ class AgentProxy:
                 else:
                     logger.error("the agent sent a %s: ignored", body)
         except (channels.ChannelClosedError, versioned.ProtocolError) as error:
+            self._lost(error)
+
+    def _lost(self, error: BaseException) -> None:
+        """The agent is gone (the first reason given counts): fail what waits on it."""
+        if self._gone is None:
             self._gone = error
-            self._known.set()
-            for waiting in self._pending.values():
-                if not waiting.done():
-                    waiting.set_exception(AgentCommandError(f"the agent is gone: {error}"))
+        self._known.set()
+        for waiting in self._pending.values():
+            if not waiting.done():
+                waiting.set_exception(AgentCommandError(f"the agent is gone: {self._gone}"))
+        self._ended.set()
 
     def _apply(self, report: pb.Report) -> None:
         """Reports arrive in order; one older than the last applied is stale and dropped."""

@@ -14,6 +14,8 @@ Layout under the checkpoint directory::
 manifest.json: ``{"format": "trainguard-checkpoint", "version": 1, "step", "world_size",
 "created" (ISO-8601 UTC), "shards": [{"rank", "file", "nbytes", "xxh3_64" (16 hex digits),
 "source" (only when another rank's snapshot stands in: its data-parallel replica)}]}``.
+A job across hosts keeps one such directory per host, each listing only its own ranks' shards
+(the ranks of ``world_size`` that host holds).
 A checkpoint is written in ``step-000000120.partial-<nonce>/`` and renamed to its final name once
 its manifest is durable, so a writer that dies leaves only a ``.partial-`` directory, which is
 never loaded and is removed later. A step directory without a valid manifest is never loaded.
@@ -26,6 +28,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,11 +123,16 @@ class Manifest:
             manifest = cls(int(body["step"]), int(body["world_size"]), str(body["created"]), shards)
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(f"manifest field missing or malformed: {error!r}") from error
-        if sorted(s.rank for s in shards) != list(range(manifest.world_size)):
-            raise CheckpointError(
-                f"manifest lists ranks {sorted(s.rank for s in shards)} for world size "
-                f"{manifest.world_size}")
+        ranks = sorted(s.rank for s in shards)
+        if not ranks or len(set(ranks)) != len(ranks) or not set(ranks) <= set(
+                range(manifest.world_size)):
+            raise CheckpointError(f"manifest lists ranks {ranks} for world size "
+                                  f"{manifest.world_size}")
         return manifest
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(shard.rank for shard in self.shards)
 
 
 class CheckpointDirectory:
@@ -182,18 +190,34 @@ class CheckpointDirectory:
             raise CheckpointError(f"cannot read {path}: {error}") from error
         return Manifest.from_json(text)
 
-    def check(self, directory: Path, *, world_size: int) -> Manifest:
+    def check(self, directory: Path, *, world_size: int,
+              ranks: Sequence[int] | None = None) -> Manifest:
         """The manifest of a complete checkpoint whose every shard verifies, for ``world_size``
-        ranks: what a restore may load.
+        ranks of which it holds ``ranks`` (None: all, one host): what a restore may load.
 
         Raises:
-            CheckpointError: partial, saved with another world size, or a shard that fails.
+            CheckpointError: partial, saved with another world size or for other ranks, or a
+                shard that fails.
+        """
+        manifest = self.holding(directory, world_size=world_size, ranks=ranks)
+        self.verify(directory, manifest)
+        return manifest
+
+    def holding(self, directory: Path, *, world_size: int,
+                ranks: Sequence[int] | None = None) -> Manifest:
+        """The manifest, if it is of ``world_size`` ranks and holds ``ranks`` (None: all); its
+        shards are not read.
+
+        Raises:
+            CheckpointError: partial, saved with another world size or for other ranks.
         """
         manifest = self.read_manifest(directory)
         if manifest.world_size != world_size:
             raise CheckpointError(
                 f"saved with {manifest.world_size} ranks, the job has {world_size}")
-        self.verify(directory, manifest)
+        wanted = sorted(ranks) if ranks is not None else list(range(world_size))
+        if manifest.ranks != wanted:
+            raise CheckpointError(f"holds ranks {manifest.ranks}, this host has {wanted}")
         return manifest
 
     def verify(self, directory: Path, manifest: Manifest) -> None:

@@ -308,10 +308,12 @@ class Abort(Message):
 
 @dataclasses.dataclass(frozen=True)
 class Rejoin(Message):
-    """Join generation ``generation``: a new process group at ``master_port``."""
+    """Join generation ``generation``: a new process group at ``master_addr:master_port`` (the
+    host serving the store may change from one generation to the next across hosts)."""
 
     TYPE: ClassVar[str] = "rejoin"
     generation: int
+    master_addr: str
     master_port: int
     restart_count: int
 

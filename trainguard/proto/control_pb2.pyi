@@ -7,19 +7,81 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Envelope(_message.Message):
-    __slots__ = ("version", "command", "ack", "report")
+    __slots__ = ("version", "command", "ack", "report", "register", "registered")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
     version: int
     command: Command
     ack: Ack
     report: Report
-    def __init__(self, version: _Optional[int] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ...) -> None: ...
+    register: Register
+    registered: Registered
+    def __init__(self, version: _Optional[int] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
+
+class Register(_message.Message):
+    __slots__ = ("job", "node_rank", "nnodes", "nproc_per_node", "program", "version", "host", "address", "dp_size", "recovery")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    NNODES_FIELD_NUMBER: _ClassVar[int]
+    NPROC_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DP_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    program: str
+    version: str
+    host: str
+    address: str
+    dp_size: int
+    recovery: Recovery
+    def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ...) -> None: ...
+
+class Recovery(_message.Message):
+    __slots__ = ("max_restarts", "crash_loop_window", "crash_loop_repeats", "crash_loop_settle", "snapshot_grace", "recover_strategy", "recover_timeout")
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    CRASH_LOOP_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    CRASH_LOOP_REPEATS_FIELD_NUMBER: _ClassVar[int]
+    CRASH_LOOP_SETTLE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_GRACE_FIELD_NUMBER: _ClassVar[int]
+    RECOVER_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    RECOVER_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    max_restarts: int
+    crash_loop_window: float
+    crash_loop_repeats: int
+    crash_loop_settle: float
+    snapshot_grace: float
+    recover_strategy: _containers.RepeatedScalarFieldContainer[str]
+    recover_timeout: float
+    def __init__(self, max_restarts: _Optional[int] = ..., crash_loop_window: _Optional[float] = ..., crash_loop_repeats: _Optional[int] = ..., crash_loop_settle: _Optional[float] = ..., snapshot_grace: _Optional[float] = ..., recover_strategy: _Optional[_Iterable[str]] = ..., recover_timeout: _Optional[float] = ...) -> None: ...
+
+class Registered(_message.Message):
+    __slots__ = ("placement", "refused")
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    placement: Placement
+    refused: Refusal
+    def __init__(self, placement: _Optional[_Union[Placement, _Mapping]] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ...) -> None: ...
+
+class Placement(_message.Message):
+    __slots__ = ("node_rank", "nnodes")
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    NNODES_FIELD_NUMBER: _ClassVar[int]
+    node_rank: int
+    nnodes: int
+    def __init__(self, node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe")
+    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe", "host_store", "leave", "end_job")
     ID_FIELD_NUMBER: _ClassVar[int]
     START_GENERATION_FIELD_NUMBER: _ClassVar[int]
     RECOVER_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +92,9 @@ class Command(_message.Message):
     SETTLE_FIELD_NUMBER: _ClassVar[int]
     FLUSH_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     DESCRIBE_FIELD_NUMBER: _ClassVar[int]
+    HOST_STORE_FIELD_NUMBER: _ClassVar[int]
+    LEAVE_FIELD_NUMBER: _ClassVar[int]
+    END_JOB_FIELD_NUMBER: _ClassVar[int]
     id: int
     start_generation: StartGeneration
     recover: Recover
@@ -40,29 +105,78 @@ class Command(_message.Message):
     settle: Settle
     flush_checkpoints: FlushCheckpoints
     describe: Describe
-    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ...) -> None: ...
+    host_store: HostStore
+    leave: Leave
+    end_job: EndJob
+    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., host_store: _Optional[_Union[HostStore, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., end_job: _Optional[_Union[EndJob, _Mapping]] = ...) -> None: ...
+
+class Rendezvous(_message.Message):
+    __slots__ = ("address", "port")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    port: int
+    def __init__(self, address: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class StartGeneration(_message.Message):
-    __slots__ = ("number", "restart_count", "move")
+    __slots__ = ("number", "restart_count", "move", "rendezvous", "restore_step")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
     MOVE_FIELD_NUMBER: _ClassVar[int]
+    RENDEZVOUS_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_STEP_FIELD_NUMBER: _ClassVar[int]
     number: int
     restart_count: int
     move: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., move: _Optional[_Iterable[int]] = ...) -> None: ...
+    rendezvous: Rendezvous
+    restore_step: int
+    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., move: _Optional[_Iterable[int]] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., restore_step: _Optional[int] = ...) -> None: ...
 
 class Recover(_message.Message):
-    __slots__ = ("number", "restart_count", "replace", "to_spares")
+    __slots__ = ("number", "restart_count", "replace", "to_spares", "rendezvous", "restore_step")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     TO_SPARES_FIELD_NUMBER: _ClassVar[int]
+    RENDEZVOUS_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_STEP_FIELD_NUMBER: _ClassVar[int]
     number: int
     restart_count: int
     replace: _containers.RepeatedScalarFieldContainer[int]
     to_spares: bool
-    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., replace: _Optional[_Iterable[int]] = ..., to_spares: _Optional[bool] = ...) -> None: ...
+    rendezvous: Rendezvous
+    restore_step: int
+    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., replace: _Optional[_Iterable[int]] = ..., to_spares: _Optional[bool] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., restore_step: _Optional[int] = ...) -> None: ...
+
+class HostStore(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Leave(_message.Message):
+    __slots__ = ("replace",)
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    replace: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, replace: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class EndJob(_message.Message):
+    __slots__ = ("exit_code", "outcome", "reason", "generations", "restarts_used", "resume_step", "wall_seconds", "errors")
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_USED_FIELD_NUMBER: _ClassVar[int]
+    RESUME_STEP_FIELD_NUMBER: _ClassVar[int]
+    WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    outcome: str
+    reason: str
+    generations: int
+    restarts_used: int
+    resume_step: int
+    wall_seconds: float
+    errors: str
+    def __init__(self, exit_code: _Optional[int] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., generations: _Optional[int] = ..., restarts_used: _Optional[int] = ..., resume_step: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., errors: _Optional[str] = ...) -> None: ...
 
 class Dump(_message.Message):
     __slots__ = ("failed",)
@@ -105,13 +219,14 @@ class FlushCheckpoints(_message.Message):
     def __init__(self) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("command_id", "done", "generation", "dump", "refused", "failed", "report")
+    __slots__ = ("command_id", "done", "generation", "dump", "refused", "failed", "store", "report")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     DUMP_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     command_id: int
     done: Done
@@ -119,8 +234,9 @@ class Ack(_message.Message):
     dump: DumpResult
     refused: Refusal
     failed: Failure
+    store: Rendezvous
     report: Report
-    def __init__(self, command_id: _Optional[int] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., dump: _Optional[_Union[DumpResult, _Mapping]] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ...) -> None: ...
+    def __init__(self, command_id: _Optional[int] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., dump: _Optional[_Union[DumpResult, _Mapping]] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., store: _Optional[_Union[Rendezvous, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ...) -> None: ...
 
 class Done(_message.Message):
     __slots__ = ()
@@ -155,16 +271,20 @@ class Report(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., agent: _Optional[_Union[AgentState, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ...) -> None: ...
 
 class AgentState(_message.Message):
-    __slots__ = ("host", "world_size", "dp_size", "spares_left")
+    __slots__ = ("host", "world_size", "dp_size", "spares_left", "node_rank", "disk_steps")
     HOST_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     DP_SIZE_FIELD_NUMBER: _ClassVar[int]
     SPARES_LEFT_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    DISK_STEPS_FIELD_NUMBER: _ClassVar[int]
     host: str
     world_size: int
     dp_size: int
     spares_left: int
-    def __init__(self, host: _Optional[str] = ..., world_size: _Optional[int] = ..., dp_size: _Optional[int] = ..., spares_left: _Optional[int] = ...) -> None: ...
+    node_rank: int
+    disk_steps: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, host: _Optional[str] = ..., world_size: _Optional[int] = ..., dp_size: _Optional[int] = ..., spares_left: _Optional[int] = ..., node_rank: _Optional[int] = ..., disk_steps: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Generation(_message.Message):
     __slots__ = ("number", "master_port", "started_at", "kept", "restore", "plan_seconds", "workers", "completed_step", "all_stepping_at", "outcome")

@@ -122,6 +122,21 @@ class AgentConnection:
         await self._grpc.close()
 
 
+async def _ready(channel: grpc.aio.Channel) -> None:
+    """Until the channel is connected.
+
+    Raises:
+        ConnectionError: the first attempt failed (refused, no route): the caller decides
+            when to try again, and says so, instead of gRPC retrying unseen.
+    """
+    state = channel.get_state(try_to_connect=True)
+    while state is not grpc.ChannelConnectivity.READY:
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            raise ConnectionError("refused the connection, or there is no route to it")
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
 async def connect(address: str, *, timeout: float) -> AgentConnection:
     """Open this agent's stream to the controller at ``HOST:PORT``.
 
@@ -130,10 +145,13 @@ async def connect(address: str, *, timeout: float) -> AgentConnection:
     """
     channel = grpc.aio.insecure_channel(address)
     try:
-        await asyncio.wait_for(channel.channel_ready(), timeout)
+        await asyncio.wait_for(_ready(channel), timeout)
     except TimeoutError:
         await channel.close()
         raise ConnectionError(f"the controller at {address} did not answer within "
                               f"{timeout:g} s") from None
+    except ConnectionError as error:
+        await channel.close()
+        raise ConnectionError(f"the controller at {address} {error}") from None
     call: grpc.aio.StreamStreamCall[bytes, bytes] = channel.stream_stream(_CONNECT)()
     return AgentConnection(channel, _StreamEnd(call.read, call.write, call.done_writing))

@@ -350,7 +350,8 @@ class Session:
                 self._rejoined.wait(1.0)
             order = self._rejoin
         self.generation = order.generation
-        os.environ.update({"MASTER_PORT": str(order.master_port),
+        os.environ.update({"MASTER_ADDR": order.master_addr,
+                           "MASTER_PORT": str(order.master_port),
                            "TRAINGUARD_GENERATION": str(order.generation),
                            "TORCHELASTIC_RESTART_COUNT": str(order.restart_count)})
         self._aborting.clear()

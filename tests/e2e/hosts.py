@@ -1,0 +1,99 @@
+"""Jobs across hosts for real: ``trainguard controller`` and one ``trainguard run`` per host,
+on loopback or each host in a network namespace of its own (tests/hosts/netns.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.jobs import DEFAULT_TIMEOUT, Job, LoggedProcess
+from trainguard import testing
+
+__all__ = ["Cluster", "Controller"]
+
+_LISTENING = re.compile(r"listening on (\S+:\d+);")
+
+
+class Controller(LoggedProcess):
+    """One ``trainguard controller`` process; its port is a free one, read from its output."""
+
+    def __init__(self, *, run_root: Path, cwd: Path, address: str = "127.0.0.1") -> None:
+        self.run_root = run_root
+        super().__init__([sys.executable, "-m", "trainguard", "controller", "--listen",
+                          f"{address}:0", "--run-root", str(run_root)],
+                         log=cwd / "controller.console.log", cwd=cwd)
+        self.endpoint = self._endpoint()
+
+    def _endpoint(self) -> str:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = _LISTENING.search(self.output())
+            if found:
+                return found.group(1)
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        output = self.output()
+        self.kill()
+        pytest.fail(f"the controller did not start listening:\n{output}")
+
+    def events(self, job: str, kind: str | None = None) -> list[dict[str, Any]]:
+        run_dir = self.run_root / job
+        if not (run_dir / "state.db").exists():
+            return []
+        return [dict(event.data, kind=event.kind)
+                for event in testing.recorded_events(run_dir, *([kind] if kind else []))]
+
+
+class Cluster:
+    """A controller and the hosts of jobs across hosts, all ended when the test ends."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.run_root = root / "runs"
+        self.controller: Controller | None = None
+        self.hosts: list[Job] = []
+
+    def start_controller(self, address: str = "127.0.0.1") -> Controller:
+        self.controller = Controller(run_root=self.root / "controller", cwd=self.root,
+                                     address=address)
+        return self.controller
+
+    def host(self, node: int | None, *args: str, job: str = "job", nnodes: int = 2,
+             endpoint: str | None = None, prefix: tuple[str, ...] = ()) -> Job:
+        """``trainguard run`` for node ``node`` (None: the controller assigns one)."""
+        if endpoint is None:
+            assert self.controller is not None, "start the controller first"
+            endpoint = self.controller.endpoint
+        placement = ["--node-rank", str(node)] if node is not None else [
+            "--rdzv-backend", "c10d"]
+        host = Job(["--nnodes", str(nnodes), *placement, "--rdzv-endpoint", endpoint, *args],
+                   run_root=self.run_root, run_id=job, cwd=self.root, node=node,
+                   prefix=prefix)
+        self.hosts.append(host)
+        return host
+
+    def wait_all(self, hosts: list[Job], timeout: float = DEFAULT_TIMEOUT) -> list[int]:
+        return [host.wait(timeout) for host in hosts]
+
+    def close(self) -> None:
+        for host in self.hosts:
+            host.kill()
+        if self.controller is not None:
+            self.controller.kill()
+
+    @classmethod
+    @contextlib.contextmanager
+    def around(cls, root: Path) -> Iterator[Cluster]:
+        cluster = cls(root)
+        try:
+            yield cluster
+        finally:
+            cluster.close()

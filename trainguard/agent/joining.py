@@ -1,0 +1,153 @@
+"""How a host's agent joins a job across hosts: reach the controller (retrying, with the wait
+shown), register, and learn its node rank.
+
+The stream it opens stays the agent's channel to the controller for the whole job
+(:mod:`.controller_link` serves it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import socket
+from collections.abc import Callable
+
+import psutil
+
+from trainguard.proto import channel as channels
+from trainguard.proto import codec, grpc_channel, versioned
+from trainguard.proto import control_pb2 as pb
+
+__all__ = ["ClusterSettings", "JoinRefusedError", "interface_of", "join", "local_address",
+           "split_endpoint"]
+
+logger = logging.getLogger(__name__)
+
+_FIRST_RETRY = 1.0  # seconds before the first retry; doubled up to _LONGEST_RETRY
+_LONGEST_RETRY = 8.0
+_ANSWER_TIMEOUT = 30.0  # seconds the controller has to answer a registration
+
+
+class JoinRefusedError(RuntimeError):
+    """The controller refused this host, or could not be reached in time; the message says
+    why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSettings:
+    """A job across hosts, from torchrun's multi-node flags."""
+
+    endpoint: str
+    """The controller, ``HOST:PORT`` (torchrun's --rdzv-endpoint)."""
+    nnodes: int
+    node_rank: int | None = None
+    """None: the controller gives the lowest free one."""
+    local_addr: str | None = None
+    """This host's address for the other hosts (torchrun's --local-addr); None: the one its
+    route to the controller leaves from."""
+    join_timeout: float = 600.0
+    """Seconds to keep trying to reach the controller (torchrun's join_timeout)."""
+
+    def __post_init__(self) -> None:
+        split_endpoint(self.endpoint)
+        if self.nnodes < 1:
+            raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
+        if self.node_rank is not None and self.node_rank not in range(self.nnodes):
+            raise ValueError(f"node-rank must be 0..{self.nnodes - 1}, got {self.node_rank}")
+        if not self.join_timeout > 0:
+            raise ValueError(f"join_timeout must be > 0 seconds, got {self.join_timeout}")
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port).
+
+    Raises:
+        ValueError: naming the endpoint.
+    """
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"rdzv-endpoint {endpoint!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def local_address(endpoint: str) -> str:
+    """The address this host's route to ``endpoint`` leaves from (no packet is sent).
+
+    Raises:
+        OSError: no route.
+    """
+    host, port = split_endpoint(endpoint)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, port))
+        address: str = probe.getsockname()[0]
+        return address
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface holding ``address`` on this host, if any."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(entry.address.split("%")[0] == address for entry in addresses):
+            return name
+    return None
+
+
+async def join(settings: ClusterSettings, register: pb.Register, *,
+               on_retry: Callable[[str], None]) -> tuple[grpc_channel.AgentConnection,
+                                                         pb.Placement]:
+    """Reach the controller and register; returns the open stream and this host's place.
+
+    ``on_retry`` is told each failed attempt and how long until the next.
+
+    Raises:
+        JoinRefusedError: refused (the reason names both values), or not reached within
+            ``join_timeout``.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.join_timeout
+    delay = _FIRST_RETRY
+    last: ConnectionError | None = None
+    while True:
+        left = deadline - loop.time()
+        try:
+            if left <= 0:
+                raise last or ConnectionError("no time left")
+            connection = await grpc_channel.connect(settings.endpoint, timeout=min(left, 5.0))
+        except ConnectionError as error:
+            last = error
+            left = deadline - loop.time()
+            if left <= 0:
+                raise JoinRefusedError(
+                    f"the controller at {settings.endpoint} was not reached within "
+                    f"{settings.join_timeout:g} s: {error}") from error
+            wait = min(delay, left)
+            on_retry(f"{error}; retrying in {wait:.1f} s (giving up in {left:.0f} s)")
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, _LONGEST_RETRY)
+            continue
+        try:
+            return connection, await _register(connection.channel, register)
+        except BaseException:
+            await connection.disconnect()
+            raise
+
+
+async def _register(channel: channels.Channel, register: pb.Register) -> pb.Placement:
+    channel.send(versioned.serialize(pb.Envelope(register=register)))
+    try:
+        async with asyncio.timeout(_ANSWER_TIMEOUT):
+            envelope = codec.unpack(await channel.receive())
+    except TimeoutError:
+        raise JoinRefusedError(
+            f"the controller did not answer the registration within {_ANSWER_TIMEOUT:g} s"
+        ) from None
+    except (channels.ChannelClosedError, versioned.ProtocolError) as error:
+        raise JoinRefusedError(f"the controller closed the registration: {error}") from error
+    if envelope.WhichOneof("body") != "registered":
+        raise JoinRefusedError(f"the controller answered the registration with a "
+                               f"{envelope.WhichOneof('body')}")
+    answer = envelope.registered
+    if answer.WhichOneof("result") == "refused":
+        raise JoinRefusedError(f"the controller refused this host: {answer.refused.reason}")
+    return answer.placement

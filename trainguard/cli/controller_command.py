@@ -1,0 +1,66 @@
+"""``trainguard controller``: the controller of jobs across hosts, until SIGINT or SIGTERM.
+
+Each host runs ``trainguard run --nnodes N --rdzv-endpoint HOST:PORT --rdzv-id JOB ...``; the
+controller forms the job when all N have joined, drives it, and prints its faults, decisions and
+recoveries as ``trainguard run`` does on one host. Each job's events are kept in
+``<run root>/<job>/state.db`` (``trainguard events --run-dir``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainguard.cli import console as console_output
+from trainguard.cli.run_command import DEFAULT_RUN_ROOT
+from trainguard.controller import service
+
+__all__ = ["controller"]
+
+
+def controller(
+    listen: Annotated[str, typer.Option(
+        help="HOST:PORT to serve agents on; the hosts' --rdzv-endpoint. Port 0 takes a free "
+             "one (printed). 0.0.0.0 serves every interface.")] = "127.0.0.1:29400",
+    run_root: Annotated[Path, typer.Option(
+        help="Where each job's state store is kept: RUN_ROOT/JOB/state.db.")
+    ] = DEFAULT_RUN_ROOT,
+) -> None:
+    """Serve as the controller of jobs across hosts (trainguard run --nnodes N)."""
+    observer = console_output.ConsoleObserver()
+    # Hosts joining and where each generation meets are what an operator watches for here.
+    controller_log = logging.getLogger("trainguard.controller")
+    if controller_log.getEffectiveLevel() > logging.INFO:
+        controller_log.setLevel(logging.INFO)
+    settings = service.ControllerSettings(run_root=run_root)
+
+    async def serve() -> None:
+        controller = service.ControllerService(settings, on_event=observer.event)
+        try:
+            port = await controller.start(listen)
+        except OSError as error:
+            observer.console.print(f"trainguard: {error}", style="bold red", markup=False)
+            raise typer.Exit(1) from error
+        host = listen.rpartition(":")[0]
+        # Flushed at once: whoever started the controller may be waiting for its port.
+        typer.echo(f"trainguard controller listening on {host}:{port}; job state under "
+                   f"{run_root}")
+        sys.stdout.flush()
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stopped.set)
+        try:
+            await stopped.wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await controller.stop()
+
+    asyncio.run(serve())

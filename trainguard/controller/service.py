@@ -1,0 +1,259 @@
+"""The cluster's controller as a service (``trainguard controller --listen HOST:PORT``).
+
+Agents of jobs across hosts open a ``Control.Connect`` stream each and register with their
+first message (control.proto ``Register``). A job is formed by the first host that registers
+its id; every later host must agree with it on what the job is (world size, program, version,
+recovery settings), and claims a free node rank or is given the lowest one. Once every node
+rank has a host, the job's :class:`~trainguard.controller.job_controller.JobController` drives
+them as one (:class:`~trainguard.controller.cluster_agents.ClusterAgents`), its events in the
+job's SQLite store under the controller's run root; at the end every host is told the outcome
+and exits with its code. The job's id is then free for a later run (which resumes from its
+checkpoints).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from google.protobuf import message as protobuf_message
+
+from trainguard import clock as clocks
+from trainguard import owner_only
+from trainguard.controller import agent_proxy, cluster_agents, job_controller, policy
+from trainguard.job import events
+from trainguard.proto import channel as channels
+from trainguard.proto import codec, grpc_channel, versioned
+from trainguard.proto import control_pb2 as pb
+from trainguard.store import recorder, sqlite
+
+__all__ = ["REGISTER_TIMEOUT", "ControllerService", "JoinError", "recovery_from_pb",
+           "recovery_to_pb"]
+
+logger = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
+STORE_NAME = "state.db"
+
+
+class JoinError(RuntimeError):
+    """A host may not join a job; the message says why, naming both values."""
+
+
+def recovery_to_pb(settings: policy.RecoverySettings) -> pb.Recovery:
+    return pb.Recovery(
+        max_restarts=settings.max_restarts, crash_loop_window=settings.crash_loop_window,
+        crash_loop_repeats=settings.crash_loop_repeats,
+        crash_loop_settle=settings.crash_loop_settle, snapshot_grace=settings.snapshot_grace,
+        recover_strategy=[str(strategy) for strategy in settings.recover_strategy],
+        recover_timeout=settings.recover_timeout)
+
+
+def recovery_from_pb(message: pb.Recovery) -> policy.RecoverySettings:
+    """Raises: ValueError for values the settings refuse."""
+    return policy.RecoverySettings(
+        max_restarts=message.max_restarts, crash_loop_window=message.crash_loop_window,
+        crash_loop_repeats=message.crash_loop_repeats,
+        crash_loop_settle=message.crash_loop_settle, snapshot_grace=message.snapshot_grace,
+        recover_strategy=tuple(policy.Strategy(name) for name in message.recover_strategy),
+        recover_timeout=message.recover_timeout)
+
+
+def _difference(first: protobuf_message.Message, other: protobuf_message.Message, *,
+                names: tuple[str, ...] | None = None, prefix: str = "") -> str | None:
+    """The first field (of ``names``; None: all) two messages disagree on, with both values;
+    None if they agree."""
+    for field in first.DESCRIPTOR.fields:
+        if names is not None and field.name not in names:
+            continue
+        name = prefix + field.name
+        mine, theirs = getattr(first, field.name), getattr(other, field.name)
+        if field.message_type is not None and not field.is_repeated:
+            found = _difference(mine, theirs, prefix=f"{name}.")
+            if found:
+                return found
+        elif mine != theirs:
+            if field.is_repeated:
+                return f"{name} {list(theirs)}, the job has {list(mine)}"
+            return f"{name} {theirs!r}, the job has {mine!r}"
+    return None
+
+
+_AGREED = ("nnodes", "nproc_per_node", "program", "version", "dp_size", "recovery")
+"""What every host of a job must agree on."""
+
+
+class _ClusterJob:
+    """One job while its hosts join and while it runs."""
+
+    def __init__(self, first: pb.Register) -> None:
+        self.first = first
+        self.hosts: dict[int, agent_proxy.AgentProxy] = {}
+        self.names: dict[int, str] = {}
+        self.claimed: dict[int, str] = {}  # node rank -> host, from registration on
+        self.started = False
+        self.ended = asyncio.Event()
+
+    def admit(self, register: pb.Register) -> int:
+        """The node rank ``register`` gets.
+
+        Raises:
+            JoinError: it disagrees with the job, its node rank is taken or out of range, or
+                the job already runs.
+        """
+        job = self.first.job
+        found = _difference(self.first, register, names=_AGREED)
+        if found:
+            raise JoinError(f"host {register.host} may not join job {job}: it has {found}")
+        if self.started:
+            raise JoinError(f"host {register.host} may not join job {job}: it already runs on "
+                            f"its {self.first.nnodes} hosts (no spare hosts yet)")
+        if register.HasField("node_rank"):
+            node = register.node_rank
+            if node not in range(register.nnodes):
+                raise JoinError(f"host {register.host}: node rank {node} is out of range for "
+                                f"{register.nnodes} hosts (0..{register.nnodes - 1})")
+            if node in self.claimed:
+                raise JoinError(f"host {register.host} claims node rank {node} of job {job}, "
+                                f"which host {self.claimed[node]} holds")
+        else:
+            free = [n for n in range(register.nnodes) if n not in self.claimed]
+            if not free:
+                raise JoinError(f"host {register.host}: every node rank of job {job} is held")
+            node = free[0]
+        self.claimed[node] = register.host
+        return node
+
+    def release(self, node: int) -> None:
+        """A host that joined went away before the job started."""
+        if not self.started:
+            self.claimed.pop(node, None)
+            self.hosts.pop(node, None)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.hosts) == self.first.nnodes
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerSettings:
+    run_root: Path
+    """Where each job's state store (``<run root>/<job>/state.db``) is kept."""
+    link_timeout: float = 10.0
+    """Seconds an agent has to report once registered."""
+
+
+class ControllerService:
+    def __init__(self, settings: ControllerSettings, *, clock: clocks.Clock | None = None,
+                 on_event: Callable[[events.Event], None] | None = None) -> None:
+        self.settings = settings
+        self._clock = clock or clocks.SystemClock()
+        self._on_event = on_event
+        self._jobs: dict[str, _ClusterJob] = {}
+        self._runs: set[asyncio.Task[None]] = set()
+        self._server = grpc_channel.ControlServer(self._agent_joined)
+        self.results: dict[str, job_controller.JobResult] = {}
+        """The last result of each job run here, by job id."""
+
+    async def start(self, listen: str) -> int:
+        """Listen on ``HOST:PORT``; returns the port.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        self.settings.run_root.mkdir(parents=True, exist_ok=True)
+        return await self._server.start(listen)
+
+    async def stop(self) -> None:
+        for run in list(self._runs):
+            run.cancel()
+        await asyncio.gather(*self._runs, return_exceptions=True)
+        await self._server.stop()
+
+    async def _agent_joined(self, channel: channels.Channel, peer: str) -> None:
+        try:
+            async with asyncio.timeout(REGISTER_TIMEOUT):
+                envelope = codec.unpack(await channel.receive())
+        except (TimeoutError, channels.ChannelClosedError, versioned.ProtocolError) as error:
+            logger.warning("%s did not register: %s", peer, error or "timed out")
+            return
+        if envelope.WhichOneof("body") != "register":
+            logger.warning("%s sent a %s before registering: closed", peer,
+                           envelope.WhichOneof("body"))
+            return
+        register = envelope.register
+        job = self._jobs.setdefault(register.job, _ClusterJob(register))
+        try:
+            node = job.admit(register)
+        except JoinError as error:
+            logger.warning("refused: %s", error)
+            if not job.claimed:
+                self._jobs.pop(register.job, None)
+            channel.send(versioned.serialize(pb.Envelope(registered=pb.Registered(
+                refused=pb.Refusal(reason=str(error))))))
+            return
+        channel.send(versioned.serialize(pb.Envelope(registered=pb.Registered(
+            placement=pb.Placement(node_rank=node, nnodes=register.nnodes)))))
+        proxy = agent_proxy.AgentProxy(channel)
+        try:
+            await proxy.connect(timeout=self.settings.link_timeout)
+        except agent_proxy.AgentCommandError as error:
+            logger.warning("host %s (node %d of job %s) left before it reported: %s",
+                           register.host, node, register.job, error)
+            job.release(node)
+            await proxy.close()
+            return
+        job.hosts[node] = proxy
+        job.names[node] = register.host
+        logger.info("host %s joined job %s as node %d (%d of %d)", register.host, register.job,
+                    node, len(job.hosts), register.nnodes)
+        if job.complete and not job.started:
+            job.started = True
+            run = asyncio.create_task(self._run(job), name=f"job-{register.job}")
+            self._runs.add(run)
+            run.add_done_callback(self._runs.discard)
+        # The stream lives as long as the job, or until the host goes.
+        gone = asyncio.create_task(proxy.wait_gone())
+        ended = asyncio.create_task(job.ended.wait())
+        try:
+            await asyncio.wait({gone, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (gone, ended):
+                task.cancel()
+            if not job.started:
+                job.release(node)
+            await proxy.close()
+
+    async def _run(self, job: _ClusterJob) -> None:
+        first = job.first
+        run_dir = self.settings.run_root / first.job
+        owner_only.make_dir(run_dir)
+        store = sqlite.SqliteStore.open(run_dir / STORE_NAME)
+        events_recorder = recorder.EventRecorder(store, self._clock)
+        if self._on_event is not None:
+            events_recorder.subscribe(self._on_event)
+        agents = cluster_agents.ClusterAgents(job.hosts, nproc_per_node=first.nproc_per_node)
+        try:
+            controller = job_controller.JobController(
+                recovery_from_pb(first.recovery), job=first.job,
+                world_size=first.nnodes * first.nproc_per_node, agent=agents,
+                recorder=events_recorder, clock=self._clock)
+            result = await controller.run()
+            self.results[first.job] = result
+            with contextlib.suppress(agent_proxy.AgentCommandError):
+                await agents.end_job(pb.EndJob(
+                    exit_code=result.exit_code, outcome=str(result.outcome),
+                    reason=result.reason, generations=result.generations,
+                    restarts_used=result.restarts_used, resume_step=result.resume_step,
+                    wall_seconds=result.wall_seconds, errors=result.errors))
+        except Exception:
+            logger.exception("job %s failed in the controller", first.job)
+            raise
+        finally:
+            store.close()
+            self._jobs.pop(first.job, None)
+            job.ended.set()
