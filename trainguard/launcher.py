@@ -32,6 +32,7 @@ from trainguard.agent import (
     snapshot_slots,
     standby_client,
     step_statistics,
+    workers,
 )
 from trainguard.controller import (
     agent_proxy,
@@ -43,6 +44,7 @@ from trainguard.controller import (
     service,
 )
 from trainguard.detect import heartbeat
+from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.ipc import checkpoint_layout
 from trainguard.job import events
@@ -199,7 +201,8 @@ async def _join(settings: RunSettings, cluster: joining.ClusterSettings
         raise LaunchError(f"no route to the controller at {cluster.endpoint}: {error}") from error
     program = agent.program
     register = control_pb2.Register(
-        job=agent.run_id, nnodes=cluster.nnodes, nproc_per_node=agent.nproc_per_node,
+        job=agent.run_id, nnodes=cluster.nnodes, max_nodes=cluster.places,
+        nproc_per_node=agent.nproc_per_node,
         program=shlex.join([program.target, *program.args]), version=__version__,
         host=socket.gethostname(), address=address, dp_size=agent.dp_size or 0,
         recovery=service.recovery_to_pb(settings.recovery))
@@ -210,10 +213,11 @@ async def _join(settings: RunSettings, cluster: joining.ClusterSettings
                                                    on_retry=logger.warning)
     except joining.JoinRefusedError as error:
         raise LaunchError(str(error)) from error
-    logger.warning("joined job %s at %s as node %d of %d", agent.run_id, cluster.endpoint,
-                   placement.node_rank, placement.nnodes)
+    logger.warning("joined job %s at %s %s", agent.run_id, cluster.endpoint,
+                   "as a spare host" if placement.spare else
+                   f"as node {placement.node_rank} of {placement.nnodes}")
     return connection, agent.placed(node_rank=placement.node_rank, nnodes=placement.nnodes,
-                                    address=address)
+                                    address=address, spare=placement.spare)
 
 
 async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
@@ -296,7 +300,8 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
     else:
         driver = _ControllerAway(
             controller_link.ControllerLink(agent, connection.channel, host=socket.gethostname()),
-            agent, clock=clock)
+            agent, clock=clock, controller_wait=settings.cluster.controller_wait
+            if settings.cluster is not None else 0.0)
     pacer = snapshot_pacing.SnapshotPacer(agent_settings, agent=agent,
                                           record=events_recorder.record, clock=clock)
     events_recorder.subscribe(tally.event)
@@ -393,10 +398,11 @@ class _ControllerAway:
     as a stop request, which the controller turns into a graceful stop of every host."""
 
     def __init__(self, link: controller_link.ControllerLink, agent: node_agent.NodeAgent, *,
-                 clock: clocks.Clock) -> None:
+                 clock: clocks.Clock, controller_wait: float) -> None:
         self._link = link
         self._agent = agent
         self._clock = clock
+        self._controller_wait = controller_wait
 
     def request_stop(self, reason: str, *, exit_code: int) -> None:
         self._agent.request_stop(reason)
@@ -412,20 +418,46 @@ class _ControllerAway:
             wall_seconds=end.wall_seconds, resume_step=end.resume_step, errors=end.errors)
 
     async def _orphaned(self, started: float) -> job_controller.JobResult:
-        """The controller went away without ending the job: stop this host's ranks after a
-        dying checkpoint (the other hosts do the same when they see it gone)."""
-        reason = "the job's controller went away without ending the job"
-        logger.error("%s: stopping this host's workers after a dying checkpoint", reason)
+        """The controller's stream ended without ending the job (the controller died, or
+        this host was cut off and is being replaced): train on for up to the controller wait
+        unless the generation ends first, then stop; nothing here can recover a fault."""
         agent = self._agent
-        resume = 0
         generation = agent.generation
-        if generation is not None:
+        wait = self._controller_wait
+        logger.error("the job's controller is gone (its stream ended without ending the job); "
+                     "training goes on for up to %g s, stopping at the first fault", wait)
+        if generation is None:
+            return self._result(events.JobOutcome.FAILED, "the job's controller went away "
+                                "before this host held any ranks", exit_code=1, started=started,
+                                resume=0, generation=None)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(generation.outcome), wait)
+        resume = (generation.completed_step or -1) + 1
+        if not generation.outcome.done():
             await agent.graceful_stop(cluster_view.stop_step(
                 w.begun_step for w in generation.workers.values()))
             await agent.flush_checkpoints()
-            resume = (generation.completed_step or -1) + 1
+            return self._result(events.JobOutcome.STOPPED, f"the job's controller was gone "
+                                f"for {wait:g} s: stopped after a dying checkpoint", exit_code=1,
+                                started=started, resume=resume, generation=generation)
+        outcome = generation.outcome.result()
+        await agent.stop_workers()
+        await agent.flush_checkpoints()
+        if outcome.kind is process.OutcomeKind.SUCCEEDED:
+            return self._result(events.JobOutcome.SUCCEEDED, "every rank of this host "
+                                "finished (the controller was gone)", exit_code=0,
+                                started=started, resume=resume, generation=generation)
+        what = outcome.fault.describe() if outcome.fault is not None else outcome.detail
+        return self._result(events.JobOutcome.FAILED, f"the job's controller is gone, and "
+                            f"nothing recovers this host's fault: {what}", exit_code=1,
+                            started=started, resume=resume, generation=generation)
+
+    def _result(self, outcome: events.JobOutcome, reason: str, *, exit_code: int,
+                started: float, resume: int, generation: workers.Generation | None
+                ) -> job_controller.JobResult:
+        logger.error("%s", reason)
         return job_controller.JobResult(
-            outcome=events.JobOutcome.FAILED, reason=reason, exit_code=1, faults=(),
+            outcome=outcome, reason=reason, exit_code=exit_code, faults=(),
             generations=generation.number + 1 if generation is not None else 0,
             restarts_used=0, wall_seconds=self._clock.monotonic() - started,
             resume_step=resume)

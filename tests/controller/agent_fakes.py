@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ class FakeAgent:
 
     def __init__(self) -> None:
         self.layout = replicas.ReplicaLayout(4, 2)
-        self.settings = types.SimpleNamespace(node_rank=0)
+        self.settings = types.SimpleNamespace(node_rank=0, spare=False)
         self.placed: list[tuple[tuple[str, int] | None, int | None]] = []
         """Each generation's rendezvous and restore step, as the controller ordered them."""
         self.spares_left = 1
@@ -54,7 +54,8 @@ class FakeAgent:
     async def start_generation(self, number: int, *, restart_count: int,
                                move: Collection[int] = (),
                                rendezvous: tuple[str, int] | None = None,
-                               restore_step: int | None = None) -> workers.Generation:
+                               restore_step: int | None = None,
+                               peers: Mapping[int, int] | None = None) -> workers.Generation:
         self.calls.append(("start", (number, restart_count, sorted(move))))
         self.placed.append((rendezvous, restore_step))
         return self._form(number)
@@ -68,7 +69,8 @@ class FakeAgent:
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
                       to_spares: bool, rendezvous: tuple[str, int] | None = None,
-                      restore_step: int | None = None) -> workers.Generation:
+                      restore_step: int | None = None,
+                      peers: Mapping[int, int] | None = None) -> workers.Generation:
         self.calls.append(("recover", (number, sorted(replace), to_spares)))
         self.placed.append((rendezvous, restore_step))
         if self.refuse is not None:
@@ -89,8 +91,8 @@ class FakeAgent:
     def disk_steps(self) -> list[int]:
         return [8]
 
-    def newest_snapshot(self, rank: int) -> int | None:
-        return self.snapshots.get(rank)
+    def held_steps(self, rank: int) -> list[int]:
+        return [self.snapshots[rank]] if rank in self.snapshots else []
 
     async def stop_workers(self) -> None:
         self.calls.append(("stop", None))

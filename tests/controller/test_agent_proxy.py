@@ -123,7 +123,7 @@ def test_a_refused_recovery_is_a_recovery_error_and_a_failure_is_named() -> None
         await proxy.start_generation(0, restart_count=0)
         agent.snapshots = None  # type: ignore[assignment]  # describing the agent fails
         with pytest.raises(agent_proxy.AgentCommandError,
-                           match="describing the agent failed: AttributeError"):
+                           match="describing the agent failed: TypeError"):
             await proxy.stop_workers()
         agent.snapshots = {}
         agent.fail = OSError("disk gone")

@@ -24,10 +24,11 @@ _LISTENING = re.compile(r"listening on (\S+:\d+);")
 class Controller(LoggedProcess):
     """One ``trainguard controller`` process; its port is a free one, read from its output."""
 
-    def __init__(self, *, run_root: Path, cwd: Path, address: str = "127.0.0.1") -> None:
+    def __init__(self, *args: str, run_root: Path, cwd: Path,
+                 address: str = "127.0.0.1") -> None:
         self.run_root = run_root
         super().__init__([sys.executable, "-m", "trainguard", "controller", "--listen",
-                          f"{address}:0", "--run-root", str(run_root)],
+                          f"{address}:0", "--run-root", str(run_root), *args],
                          log=cwd / "controller.console.log", cwd=cwd)
         self.endpoint = self._endpoint()
 
@@ -61,12 +62,12 @@ class Cluster:
         self.controller: Controller | None = None
         self.hosts: list[Job] = []
 
-    def start_controller(self, address: str = "127.0.0.1") -> Controller:
-        self.controller = Controller(run_root=self.root / "controller", cwd=self.root,
+    def start_controller(self, *args: str, address: str = "127.0.0.1") -> Controller:
+        self.controller = Controller(*args, run_root=self.root / "controller", cwd=self.root,
                                      address=address)
         return self.controller
 
-    def host(self, node: int | None, *args: str, job: str = "job", nnodes: int = 2,
+    def host(self, node: int | None, *args: str, job: str = "job", nnodes: int | str = 2,
              endpoint: str | None = None, prefix: tuple[str, ...] = ()) -> Job:
         """``trainguard run`` for node ``node`` (None: the controller assigns one)."""
         if endpoint is None:

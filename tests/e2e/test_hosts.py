@@ -55,7 +55,7 @@ def test_across_network_namespaces_a_killed_rank_is_recovered_in_place(
     generation's store is served on host 0's address, and the ranks meet across the bridge."""
     require_netns(hostnames=True)
     with HostNetwork(2, hostnames=True) as network, Cluster.around(tmp_path) as cluster:
-        controller = cluster.start_controller(network.root_address)
+        controller = cluster.start_controller(address=network.root_address)
         common = ["--nproc-per-node", "2", "--max-restarts", "2"]
         script = [str(SCRIPTS / "inprocess_job.py"), "--output", str(tmp_path / "sha")]
         hosts = [cluster.host(0, *common, *script,

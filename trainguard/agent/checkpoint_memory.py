@@ -79,13 +79,16 @@ class RestoreChoice:
         return f"{self.source} and peers" if self.peers or self.stand_ins else str(self.source)
 
     def read_locally(self) -> RestoreChoice:
-        """This choice with each replica that stands in read by the rank itself from memory,
-        not sent over the process group: for a generation of new processes on this host,
-        which may restore before they form their process group (a plain Session does)."""
-        if not self.peers:
+        """This choice with each replica on this host that stands in read by the rank itself
+        from memory, not sent over the process group: for a generation of new processes on
+        this host, which may restore before they form their process group (a plain Session
+        does). A replica on another host still sends."""
+        local = {rank: donor for rank, donor in self.peers.items() if donor in self.paths}
+        if not local:
             return self
-        paths = self.paths | {rank: self.paths[donor] for rank, donor in self.peers.items()}
-        return dataclasses.replace(self, paths=paths, peers={}, stand_ins=dict(self.peers))
+        paths = self.paths | {rank: self.paths[donor] for rank, donor in local.items()}
+        remote = {rank: donor for rank, donor in self.peers.items() if rank not in local}
+        return dataclasses.replace(self, paths=paths, peers=remote, stand_ins=local)
 
     def holder_paths(self, world_size: int) -> list[str]:
         """By rank, the snapshot of the step that holds its shares: its own, else its stand-in's
@@ -183,8 +186,17 @@ class CheckpointMemory:
     def newest_step(self, rank: int) -> int | None:
         """The step of the rank's newest complete snapshot, read from its slot headers (a
         commit message may still be on its way, or never come from a killed rank)."""
-        states = self._slots.committed(rank)
-        return states[0].header.step if states else None
+        held = self.held_steps(rank)
+        return held[0] if held else None
+
+    def take(self, ranks: Sequence[int]) -> None:
+        """This host's memory holds ``ranks`` from now on (a spare taking a lost host's)."""
+        self._ranks = list(ranks)
+
+    def held_steps(self, rank: int) -> list[int]:
+        """Every step of which ``rank``'s snapshot in this host's memory is complete, newest
+        first."""
+        return [state.header.step for state in self._slots.committed(rank)]
 
     def writing(self, rank: int) -> bool:
         return self._slots.writing(rank)
@@ -197,22 +209,28 @@ class CheckpointMemory:
         return [(step, states) for step, states, _ in self.replica_complete_steps()]
 
     def replica_complete_steps(
-        self, *, lost: Collection[int] = (), layout: replicas.ReplicaLayout | None = None
+        self, *, lost: Collection[int] = (), layout: replicas.ReplicaLayout | None = None,
+        remote: Collection[int] = (), only: int | None = None
     ) -> list[tuple[int, list[snapshot_slots.SlotState], dict[int, int]]]:
         """Steps every rank can restore from memory, newest first: from its own snapshot, or
         (given the job's replica ``layout``) from a replica's. ``lost``: ranks whose memory
-        does not count. Returns the snapshots used and, for each rank without its own, the
-        replica that stands in."""
+        does not count; ``remote``: ranks sent their state of step ``only`` by a replica on
+        another host (needing nothing here). Returns the snapshots used and, for each rank
+        without its own, the replica that stands in."""
         held = {rank: {state.header.step: state for state in self._slots.committed(rank)}
-                for rank in self._ranks if rank not in lost}
-        steps = sorted({step for states in held.values() for step in states}, reverse=True)
+                for rank in self._ranks if rank not in lost and rank not in remote}
+        steps = {step for states in held.values() for step in states}
+        if only is not None and remote:
+            steps.add(only)  # this host's ranks may all be receivers
         found = []
-        for step in steps:
+        for step in sorted(steps, reverse=True):
             used: dict[int, snapshot_slots.SlotState] = {}
             peers: dict[int, int] = {}
             having = [rank for rank, states in held.items() if step in states]
             holders: dict[int, set[int]] = {}  # read from the tables once a rank lacks the step
             for rank in self._ranks:
+                if rank in remote:
+                    continue
                 if rank in having:
                     used[rank] = held[rank][step]
                     continue
@@ -387,7 +405,8 @@ class CheckpointMemory:
 
     async def plan_restore(self, *, lost: Collection[int] = (),
                            layout: replicas.ReplicaLayout | None = None,
-                           step: int | None = None) -> RestoreChoice:
+                           step: int | None = None,
+                           peers: Mapping[int, int] | None = None) -> RestoreChoice:
         """Choose the state every rank of the next generation starts from, and prepare memory.
 
         ``lost``: ranks whose memory snapshots are not to be used (their device was taken out
@@ -402,7 +421,7 @@ class CheckpointMemory:
             process.RecoveryError: ``step`` is held neither in memory nor on disk (nothing
                 has been cleared).
         """
-        memory, skipped = await self._memory_candidate(lost, layout, step)
+        memory, skipped = await self._memory_candidate(lost, layout, step, dict(peers or {}))
         disk_step, disk_paths, disk_skipped = await self._disk_candidate(
             newer_than=memory.step if memory else None, only=step)
         skipped.extend(disk_skipped)
@@ -428,12 +447,15 @@ class CheckpointMemory:
         return 0
 
     async def _memory_candidate(
-        self, lost: Collection[int], layout: replicas.ReplicaLayout | None, only: int | None
+        self, lost: Collection[int], layout: replicas.ReplicaLayout | None, only: int | None,
+        remote: dict[int, int]
     ) -> tuple[RestoreChoice | None, list[str]]:
         skipped: list[str] = []
-        for step, states, peers in self.replica_complete_steps(lost=lost, layout=layout):
+        for step, states, local in self.replica_complete_steps(lost=lost, layout=layout,
+                                                              remote=remote, only=only):
             if only is not None and step != only:
                 continue
+            peers = local | remote
             problems = await asyncio.gather(
                 *(asyncio.to_thread(self._slots.verify, state) for state in states))
             bad = [f"rank {state.rank}: {problem}"

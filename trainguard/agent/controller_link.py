@@ -75,16 +75,20 @@ class ControllerLink:
                 self._watch(await agent.start_generation(
                     order.number, restart_count=order.restart_count, move=list(order.move),
                     rendezvous=_rendezvous(order), restore_step=(
-                        order.restore_step if order.HasField("restore_step") else None)))
+                        order.restore_step if order.HasField("restore_step") else None),
+                    peers=dict(order.peers)))
             elif kind == "recover":
                 recover = command.recover
                 self._watch(await agent.recover(
                     recover.number, restart_count=recover.restart_count,
                     replace=list(recover.replace), to_spares=recover.to_spares,
                     rendezvous=_rendezvous(recover), restore_step=(
-                        recover.restore_step if recover.HasField("restore_step") else None)))
+                        recover.restore_step if recover.HasField("restore_step") else None),
+                    peers=dict(recover.peers)))
             elif kind == "leave":
                 await agent.leave(replace=list(command.leave.replace))
+            elif kind == "take_ranks":
+                agent.take_ranks(command.take_ranks.node_rank)
             elif kind == "host_store":
                 address, port = await agent.host_store()
                 ack.store.CopyFrom(pb.Rendezvous(address=address, port=port))
@@ -147,7 +151,7 @@ class ControllerLink:
         report = pb.Report(seq=self._seq, agent=pb.AgentState(
             host=self._host, world_size=layout.world_size, dp_size=layout.dp_size,
             spares_left=self._agent.spares_left, node_rank=self._agent.settings.node_rank,
-            disk_steps=self._agent.disk_steps()))
+            disk_steps=self._agent.disk_steps(), spare=self._agent.settings.spare))
         generation = generation or self._agent.generation
         if generation is not None:
             report.generation.CopyFrom(_generation(self._agent, generation))
@@ -176,7 +180,7 @@ def _generation(agent: node_agent.NodeAgent, generation: workers.Generation) -> 
         message.outcome.CopyFrom(codec.outcome_to_pb(generation.outcome.result()))
     for worker in generation.workers.values():
         message.workers.append(_worker(worker, ended=ended,
-                                       snapshot_step=agent.newest_snapshot(worker.rank)))
+                                       held_steps=agent.held_steps(worker.rank)))
     if generation.completed_step is not None:
         message.completed_step = generation.completed_step
     if generation.all_stepping.done():
@@ -184,18 +188,18 @@ def _generation(agent: node_agent.NodeAgent, generation: workers.Generation) -> 
     return message
 
 
-def _worker(worker: workers.WorkerState, *, ended: bool, snapshot_step: int | None
-            ) -> pb.Worker:
+def _worker(worker: workers.WorkerState, *, ended: bool, held_steps: list[int]) -> pb.Worker:
     message = pb.Worker(rank=worker.rank, stopping=worker.stopping, alive=worker.alive,
-                        in_process=worker.in_process, device=worker.device)
+                        in_process=worker.in_process, device=worker.device,
+                        held_steps=held_steps)
     if worker.returncode is not None:
         message.returncode = worker.returncode
     if worker.exited_at is not None:
         message.exited_at = worker.exited_at
     if worker.begun_step is not None:
         message.begun_step = worker.begun_step
-    if snapshot_step is not None:
-        message.snapshot_step = snapshot_step
+    if held_steps:
+        message.snapshot_step = held_steps[0]
     if worker.left is not None:
         message.left.CopyFrom(codec.left_to_pb(worker.left))
     # The controller reads excerpts once the generation has ended (a hung rank's stderr

@@ -41,22 +41,40 @@ class ClusterSettings:
     endpoint: str
     """The controller, ``HOST:PORT`` (torchrun's --rdzv-endpoint)."""
     nnodes: int
+    max_nodes: int | None = None
+    """Hosts past ``nnodes`` up to this many are spares (torchrun's --nnodes MIN:MAX);
+    None: ``nnodes``."""
     node_rank: int | None = None
-    """None: the controller gives the lowest free one."""
+    """None: the controller gives the lowest free place; at or past ``nnodes``: a spare."""
     local_addr: str | None = None
     """This host's address for the other hosts (torchrun's --local-addr); None: the one its
     route to the controller leaves from."""
     join_timeout: float = 600.0
     """Seconds to keep trying to reach the controller (torchrun's join_timeout)."""
+    controller_wait: float = 60.0
+    """Seconds this host trains on once the controller's stream is gone (unless a fault ends
+    the generation first: nothing recovers it then); then it stops after a dying
+    checkpoint."""
 
     def __post_init__(self) -> None:
         split_endpoint(self.endpoint)
         if self.nnodes < 1:
             raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
-        if self.node_rank is not None and self.node_rank not in range(self.nnodes):
-            raise ValueError(f"node-rank must be 0..{self.nnodes - 1}, got {self.node_rank}")
+        if self.max_nodes is not None and self.max_nodes < self.nnodes:
+            raise ValueError(f"nnodes MIN:MAX needs MIN <= MAX, got {self.nnodes}:"
+                             f"{self.max_nodes}")
+        if self.node_rank is not None and self.node_rank not in range(self.places):
+            raise ValueError(f"node-rank must be 0..{self.places - 1}, got {self.node_rank}")
         if not self.join_timeout > 0:
             raise ValueError(f"join_timeout must be > 0 seconds, got {self.join_timeout}")
+        if not self.controller_wait >= 0:
+            raise ValueError(f"controller_wait must be >= 0 seconds, got "
+                             f"{self.controller_wait}")
+
+    @property
+    def places(self) -> int:
+        """Hosts the job may have: its nodes and its spares."""
+        return self.max_nodes if self.max_nodes is not None else self.nnodes
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:

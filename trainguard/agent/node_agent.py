@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -126,6 +127,26 @@ class NodeAgent:
 
     # --- generations -------------------------------------------------------------------------
 
+    def take_ranks(self, node_rank: int) -> None:
+        """A spare host takes the ranks of node ``node_rank`` (a lost host's); its next
+        generation starts them.
+
+        Raises:
+            process.RecoveryError: this host is no spare.
+        """
+        if not self.settings.spare or self._generation is not None:
+            raise process.RecoveryError(f"host of node {self.settings.node_rank} is no spare: "
+                                        f"it cannot take node {node_rank}'s ranks")
+        self.settings = dataclasses.replace(self.settings, node_rank=node_rank, spare=False)
+        self._launcher.take(self.settings)
+        self._checkpoints.take(self.settings.ranks)
+        self._log.warning("this spare host takes node %d's ranks %s", node_rank,
+                          list(self.settings.ranks))
+
+    def held_steps(self, rank: int) -> list[int]:
+        """Every step this host's memory holds of ``rank``, newest first."""
+        return self._checkpoints.held_steps(rank)
+
     async def host_store(self) -> tuple[str, int]:
         """Serve the rendezvous store of a generation about to start on several hosts, on a
         fresh port of this host; returns its address and port.
@@ -140,13 +161,15 @@ class NodeAgent:
     async def start_generation(self, number: int, *, restart_count: int,
                                move: Collection[int] = (),
                                rendezvous: tuple[str, int] | None = None,
-                               restore_step: int | None = None) -> workers.Generation:
+                               restore_step: int | None = None,
+                               peers: Mapping[int, int] | None = None) -> workers.Generation:
         """Plan the restore, then start every rank, the ranks in ``move`` on spare devices
         (their devices are out of use).
 
         ``rendezvous``: the store another host serves for this generation (several hosts;
         None: this agent serves one). ``restore_step``: the step every host restores (chosen
-        by the controller; None: the newest this host can).
+        by the controller; None: the newest this host can); ``peers``: rank -> the replica on
+        another host that sends it that step.
 
         Workers that cannot be started (the standby process is gone and cannot be restarted)
         make the generation's outcome fatal rather than raise.
@@ -164,7 +187,7 @@ class NodeAgent:
         # Every process is new and on this host: a rank whose snapshot of the newest step is
         # missing reads a replica's from memory, before any process group exists.
         restore = (await self._checkpoints.plan_restore(
-            layout=self.layout, step=restore_step)).read_locally()
+            layout=self.layout, step=restore_step, peers=peers)).read_locally()
         plan_seconds = self._clock.monotonic() - planning
         if self._generation is not None and restore.source is messages.RestoreSource.MEMORY:
             redone = checkpoint_memory.redone_steps(
@@ -228,14 +251,15 @@ class NodeAgent:
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
                       to_spares: bool, rendezvous: tuple[str, int] | None = None,
-                      restore_step: int | None = None) -> workers.Generation:
+                      restore_step: int | None = None,
+                      peers: Mapping[int, int] | None = None) -> workers.Generation:
         """Form generation ``number`` from the surviving processes and new ones for
         ``replace`` (on spare devices when ``to_spares``: their memory is then not used).
 
         The survivors are told to leave the current generation (:meth:`leave`; at once if they
         have already); then every rank is told (or started) to join the new one on a fresh
-        port, or at ``rendezvous`` when another host serves its store. ``restore_step``: as
-        for :meth:`start_generation`.
+        port, or at ``rendezvous`` when another host serves its store. ``restore_step`` and
+        ``peers``: as for :meth:`start_generation`.
 
         Raises:
             process.RecoveryError: a survivor did not leave in time, or is gone; or no saved
@@ -252,7 +276,8 @@ class NodeAgent:
         await self.leave(replace=replace)
         planning = self._clock.monotonic()
         restore = await self._checkpoints.plan_restore(
-            lost=replace if to_spares else (), layout=self.layout, step=restore_step)
+            lost=replace if to_spares else (), layout=self.layout, step=restore_step,
+            peers=peers)
         if restore.source is messages.RestoreSource.NONE and survivors and (
                 old.completed_step is not None):
             raise process.RecoveryError(
@@ -368,7 +393,7 @@ class NodeAgent:
         (train/copy_behind.py); stopping them at once would leave N+1 incomplete and lose a
         step. So until ``timeout``: every healthy rank's snapshot in progress is finished, and
         every healthy rank holds ``step``, the newest step any rank holds (the controller finds
-        it from every host's reports: :meth:`newest_snapshot`). The slot headers decide, not
+        it from every host's reports: :meth:`held_steps`). The slot headers decide, not
         the commit messages (a short snapshot's waits for the next mark; a killed rank's never
         comes); ranks blocked waiting for the failed one just wait.
         """
@@ -389,10 +414,6 @@ class NodeAgent:
     def disk_steps(self) -> list[int]:
         """The steps this host's checkpoint directory holds for all its ranks, newest first."""
         return self._checkpoints.disk_steps()
-
-    def newest_snapshot(self, rank: int) -> int | None:
-        """The step of ``rank``'s newest snapshot in this host's memory."""
-        return self._checkpoints.newest_step(rank)
 
     async def stop_workers(self, *, timeout: float = 10.0) -> None:
         """End every worker now (SIGKILL to its process group) and wait for the exits."""

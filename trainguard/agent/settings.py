@@ -23,6 +23,8 @@ class AgentSettings:
     ``node_rank * nproc_per_node`` onwards."""
     nnodes: int = 1
     """Hosts that hold ranks (spare hosts not counted)."""
+    spare: bool = False
+    """A spare host: it holds no ranks until it takes a lost host's (``node_rank``)."""
     master_addr: str = "127.0.0.1"
     master_port: int | None = None
     max_restarts: int = 0
@@ -62,21 +64,25 @@ class AgentSettings:
 
     @property
     def ranks(self) -> range:
-        """The global ranks this host runs."""
+        """The global ranks this host runs (none while it is a spare)."""
+        if self.spare:
+            return range(0)
         return range(self.node_rank * self.nproc_per_node,
                      (self.node_rank + 1) * self.nproc_per_node)
 
-    def placed(self, *, node_rank: int, nnodes: int, address: str) -> AgentSettings:
-        """These settings for node ``node_rank`` of a job across ``nnodes`` hosts, serving
-        rendezvous stores on ``address``: its run directory (and the default log directory in
-        it) is the job's ``node-<rank>``, so hosts sharing a file system keep apart."""
+    def placed(self, *, node_rank: int, nnodes: int, address: str,
+               spare: bool = False) -> AgentSettings:
+        """These settings for node ``node_rank`` of a job across ``nnodes`` hosts (a
+        ``spare`` joined at that place), serving rendezvous stores on ``address``: its run
+        directory (and the default log directory in it) is the job's ``node-<rank>``, so
+        hosts sharing a file system keep apart."""
         run_dir = self.run_dir / f"node-{node_rank}"
         output = self.output
         if output.log_dir is not None and output.log_dir.is_relative_to(self.run_dir):
             output = dataclasses.replace(
                 output, log_dir=run_dir / output.log_dir.relative_to(self.run_dir))
         return dataclasses.replace(self, node_rank=node_rank, nnodes=nnodes, master_addr=address,
-                                   run_dir=run_dir, output=output)
+                                   run_dir=run_dir, output=output, spare=spare)
 
     @property
     def snapshot_interval(self) -> int | None:
@@ -88,7 +94,7 @@ class AgentSettings:
             raise ValueError(f"nproc-per-node must be >= 1, got {self.nproc_per_node}")
         if self.nnodes < 1:
             raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
-        if self.node_rank not in range(self.nnodes):
+        if not self.spare and self.node_rank not in range(self.nnodes):
             raise ValueError(f"node-rank must be 0..{self.nnodes - 1}, got {self.node_rank}")
         if self.spare_devices < 0:
             raise ValueError(f"spare-devices must be >= 0, got {self.spare_devices}")

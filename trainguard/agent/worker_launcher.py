@@ -50,6 +50,13 @@ class WorkerLauncher:
         self.agent_address = ""
         self._tracebacks = settings.run_dir / "tracebacks"
 
+    def take(self, settings: AgentSettings) -> None:
+        """Run the ranks of ``settings`` from now on (a spare host taking a lost host's):
+        each on the device of its local rank."""
+        self.settings = settings
+        offset = settings.ranks.start
+        self._devices = {rank: rank - offset for rank in settings.ranks}
+
     async def start(self, agent_address: str) -> None:
         """Raises: standby_client.StandbyError."""
         self.agent_address = agent_address

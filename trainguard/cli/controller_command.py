@@ -32,14 +32,24 @@ def controller(
     run_root: Annotated[Path, typer.Option(
         help="Where each job's state store is kept: RUN_ROOT/JOB/state.db.")
     ] = DEFAULT_RUN_ROOT,
+    host_lease: Annotated[float, typer.Option(
+        help="Seconds a host's connection may stay silent before the host is lost (a cut "
+             "link; a host that vanished outright is seen at once).")] = 2.0,
+    host_wait: Annotated[float, typer.Option(
+        help="Seconds a recovery waits for a spare host when a host is lost and none is "
+             "ready; then the job fails, saying why.")] = 30.0,
 ) -> None:
     """Serve as the controller of jobs across hosts (trainguard run --nnodes N)."""
     observer = console_output.ConsoleObserver()
+    try:
+        settings = service.ControllerSettings(run_root=run_root, host_lease=host_lease,
+                                              host_wait=host_wait)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
     # Hosts joining and where each generation meets are what an operator watches for here.
     controller_log = logging.getLogger("trainguard.controller")
     if controller_log.getEffectiveLevel() > logging.INFO:
         controller_log.setLevel(logging.INFO)
-    settings = service.ControllerSettings(run_root=run_root)
 
     async def serve() -> None:
         controller = service.ControllerService(settings, on_event=observer.event)

@@ -387,8 +387,8 @@ def build_settings(arguments: argparse.Namespace, *,
     return settings
 
 
-def _nnodes(value: str) -> int:
-    """torchrun's ``N`` or ``MIN:MAX``; spare hosts (MAX > MIN) are not supported yet."""
+def _nnodes(value: str) -> tuple[int, int]:
+    """torchrun's ``N`` or ``MIN:MAX`` (hosts past MIN are spares)."""
     low, _, high = value.partition(":")
     try:
         nodes = int(low)
@@ -397,10 +397,7 @@ def _nnodes(value: str) -> int:
         raise UsageError(f"--nnodes {value!r}: a number of nodes, or MIN:MAX") from None
     if nodes < 1 or most < nodes:
         raise UsageError(f"--nnodes {value!r}: needs 1 <= MIN <= MAX")
-    if most > nodes:
-        raise UsageError(f"--nnodes {value}: spare hosts (MAX > MIN) are not supported yet; "
-                         f"use --nnodes {nodes}")
-    return nodes
+    return nodes, most
 
 
 def _cluster(arguments: argparse.Namespace) -> joining.ClusterSettings | None:
@@ -409,27 +406,29 @@ def _cluster(arguments: argparse.Namespace) -> joining.ClusterSettings | None:
     Raises:
         UsageError: naming the flag.
     """
-    nnodes = _nnodes(arguments.nnodes)
-    if nnodes == 1:
+    nnodes, most = _nnodes(arguments.nnodes)
+    if most == 1:
         if arguments.node_rank != 0:
             raise UsageError("--node-rank: only node 0 exists in a single-node job")
         return None
     if arguments.standalone:
-        raise UsageError(f"--standalone is a single-node job; --nnodes is {nnodes}")
+        raise UsageError(f"--standalone is a single-node job; --nnodes is {arguments.nnodes}")
     if not arguments.rdzv_endpoint:
-        raise UsageError(f"--nnodes {nnodes}: a job across nodes needs --rdzv-endpoint "
+        raise UsageError(f"--nnodes {arguments.nnodes}: a job across nodes needs --rdzv-endpoint "
                          "HOST:PORT, the address of `trainguard controller --listen`")
     if arguments.rdzv_id in ("", "none"):
-        raise UsageError(f"--nnodes {nnodes}: every node of the job must give the same "
+        raise UsageError(f"--nnodes {arguments.nnodes}: every node of the job must give the same "
                          "--rdzv-id")
     conf = dict(item.partition("=")[::2] for item in arguments.rdzv_conf.split(",") if item)
     try:
         timeout = float(conf.pop("join_timeout", 600))
+        controller_wait = float(conf.pop("controller_wait", 60))
         # As torchrun: the static backend takes --node-rank, the others assign one.
         node_rank = arguments.node_rank if arguments.rdzv_backend == "static" else None
         cluster = joining.ClusterSettings(
-            endpoint=arguments.rdzv_endpoint, nnodes=nnodes, node_rank=node_rank,
-            local_addr=arguments.local_addr, join_timeout=timeout)
+            endpoint=arguments.rdzv_endpoint, nnodes=nnodes, max_nodes=most, node_rank=node_rank,
+            local_addr=arguments.local_addr, join_timeout=timeout,
+            controller_wait=controller_wait)
     except ValueError as error:
         raise UsageError(f"--rdzv-endpoint/--rdzv-conf/--node-rank: {error}") from error
     for key in conf:

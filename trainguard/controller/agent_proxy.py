@@ -45,6 +45,8 @@ class WorkerInfo:
     error: str
     begun_step: int | None = None
     snapshot_step: int | None = None
+    held_steps: tuple[int, ...] = ()
+    """Every step its host's memory holds of it, newest first."""
 
     def excerpt(self) -> str:
         return self.error
@@ -60,7 +62,8 @@ class WorkerInfo:
                    device=message.device, error=message.excerpt,
                    begun_step=message.begun_step if message.HasField("begun_step") else None,
                    snapshot_step=(message.snapshot_step if message.HasField("snapshot_step")
-                                  else None))
+                                  else None),
+                   held_steps=tuple(message.held_steps))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +110,8 @@ class GenerationView:
 
 
 def _place(order: pb.StartGeneration | pb.Recover, rendezvous: tuple[str, int] | None,
-           restore_step: int | None) -> None:
+           restore_step: int | None, peers: Mapping[int, int] | None) -> None:
+    order.peers.update(peers or {})
     if rendezvous is not None:
         order.rendezvous.CopyFrom(pb.Rendezvous(address=rendezvous[0], port=rendezvous[1]))
     if restore_step is not None:
@@ -160,6 +164,14 @@ class AgentProxy:
         return self._state().spares_left
 
     @property
+    def spare(self) -> bool:
+        return self._state().spare
+
+    @property
+    def node_rank(self) -> int:
+        return self._state().node_rank
+
+    @property
     def disk_steps(self) -> list[int]:
         """Steps the host's checkpoint directory holds for all its ranks, newest first."""
         return list(self._state().disk_steps)
@@ -179,17 +191,19 @@ class AgentProxy:
     async def start_generation(self, number: int, *, restart_count: int,
                                move: Collection[int] = (),
                                rendezvous: tuple[str, int] | None = None,
-                               restore_step: int | None = None) -> GenerationView:
+                               restore_step: int | None = None,
+                               peers: Mapping[int, int] | None = None) -> GenerationView:
         order = pb.StartGeneration(number=number, restart_count=restart_count, move=sorted(move))
-        _place(order, rendezvous, restore_step)
+        _place(order, rendezvous, restore_step, peers)
         return self._formed(await self._command(start_generation=order))
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
                       to_spares: bool, rendezvous: tuple[str, int] | None = None,
-                      restore_step: int | None = None) -> GenerationView:
+                      restore_step: int | None = None,
+                      peers: Mapping[int, int] | None = None) -> GenerationView:
         order = pb.Recover(number=number, restart_count=restart_count, replace=sorted(replace),
                            to_spares=to_spares)
-        _place(order, rendezvous, restore_step)
+        _place(order, rendezvous, restore_step, peers)
         return self._formed(await self._command(recover=order))
 
     # --- the commands of a job across hosts (controller.cluster_agents) ------------------------
@@ -200,6 +214,10 @@ class AgentProxy:
         if ack.WhichOneof("result") != "store":
             raise versioned.ProtocolError("the agent served a store but did not say where")
         return ack.store.address, ack.store.port
+
+    async def take_ranks(self, node_rank: int) -> None:
+        """This spare host takes node ``node_rank``'s ranks."""
+        await self._command(take_ranks=pb.TakeRanks(node_rank=node_rank))
 
     async def leave(self, *, replace: Collection[int]) -> None:
         await self._command(leave=pb.Leave(replace=sorted(replace)))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -22,21 +24,23 @@ from trainguard.ipc import messages
 from trainguard.job import replicas
 from trainguard.proto import control_pb2 as pb
 
-__all__ = ["CONSEQUENCE_GRACE", "ClusterAgents", "ClusterGeneration"]
+__all__ = ["CONSEQUENCE_GRACE", "ClusterAgents", "ClusterGeneration", "SparePool"]
 
 logger = logging.getLogger(__name__)
 
 CONSEQUENCE_GRACE = 1.0
-"""Seconds a fault that only says a peer went away waits for another host to report the cause:
-a rank killed on one host makes its peers on every other host lose their collective, and those
-hosts cannot see why."""
+"""Seconds a fault that only says a peer went away (or a hang) waits for another host, or a
+host's loss, to report the cause: a rank killed on one host makes its peers on every other host
+lose their collective, and those hosts cannot see why."""
 
 def _consequence(outcome: process.GenerationOutcome) -> bool:
-    """A fault that another rank's fault explains: a lost collective, a peer gone."""
+    """A fault that another host's fault may explain: a lost collective, a peer gone, or a
+    hang (ranks wait in their collective for a host whose link was cut: they miss their step
+    deadline about when its stream's lease ends)."""
     fault = outcome.fault
     if outcome.kind is not process.OutcomeKind.FAULT or fault is None:
         return False
-    return (fault.kind is process.ProcessFaultKind.COMMUNICATION
+    return (fault.kind in (process.ProcessFaultKind.COMMUNICATION, process.ProcessFaultKind.HUNG)
             or process.lost_a_peer(fault.error_excerpt or fault.detail))
 
 
@@ -115,66 +119,186 @@ class ClusterGeneration:
     async def _watch_host(self, node: int, proxy: agent_proxy.AgentProxy) -> None:
         why = await proxy.wait_gone()
         rank = node * self._nproc
+        # Its ranks are gone as if killed (no crash loop to wait for).
         self.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=process.ProcessFault(
-            rank=rank, pid=0, kind=process.ProcessFaultKind.EXITED,
-            detected_at=max(self.started_at, 0.0), detail=f"host {node} ({proxy.host}) lost",
-            error_excerpt=f"the agent of node {node} ({proxy.host}) is gone: {why}")))
+            rank=rank, pid=0, kind=process.ProcessFaultKind.HOST_LOST,
+            returncode=-signal.SIGKILL, detected_at=time.monotonic(),
+            detail=f"node {node}, {proxy.host}: {why}")))
 
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
 
 
+class SparePool:
+    """A job's spare hosts: agents ready (standby process started, torch imported) that hold
+    no ranks until one takes a lost host's."""
+
+    def __init__(self) -> None:
+        self._hosts: list[agent_proxy.AgentProxy] = []
+        self._arrived = asyncio.Event()
+
+    def add(self, proxy: agent_proxy.AgentProxy) -> None:
+        self._hosts.append(proxy)
+        self._arrived.set()
+
+    def __len__(self) -> int:
+        return len(self.waiting())
+
+    def waiting(self) -> list[agent_proxy.AgentProxy]:
+        """The spares still connected."""
+        return [proxy for proxy in self._hosts if proxy.gone is None]
+
+    async def take(self, timeout: float) -> agent_proxy.AgentProxy | None:
+        """The longest-waiting spare still connected; None if none came within ``timeout``
+        seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            self._hosts = [proxy for proxy in self._hosts if proxy.gone is None]
+            if self._hosts:
+                return self._hosts.pop(0)
+            self._arrived.clear()
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), left)
+
+
 class ClusterAgents:
     def __init__(self, hosts: Mapping[int, agent_proxy.AgentProxy], *,
-                 nproc_per_node: int) -> None:
+                 nproc_per_node: int, spares: SparePool | None = None,
+                 host_wait: float = 0.0) -> None:
+        """``host_wait``: seconds a recovery waits for a spare host to join when a host is
+        lost and none is ready."""
         self._hosts = dict(sorted(hosts.items()))
         self._nproc = nproc_per_node
+        self._spares = spares if spares is not None else SparePool()
+        self._host_wait = host_wait
         self._current: ClusterGeneration | None = None
 
     @property
     def spares_left(self) -> int:
-        return sum(proxy.spares_left for proxy in self._hosts.values())
+        return sum(proxy.spares_left for proxy in self._connected().values())
 
     @property
     def layout(self) -> replicas.ReplicaLayout:
         return next(iter(self._hosts.values())).layout
 
+    def _node_of(self, rank: int) -> int:
+        return rank // self._nproc
+
     def _ranks(self, node: int, ranks: Collection[int]) -> list[int]:
         """Which of ``ranks`` node ``node`` holds."""
-        own = range(node * self._nproc, (node + 1) * self._nproc)
-        return sorted(rank for rank in ranks if rank in own)
+        return sorted(rank for rank in ranks if self._node_of(rank) == node)
 
-    def _live(self) -> dict[int, agent_proxy.AgentProxy]:
-        """The hosts still connected.
+    def _lost(self) -> list[int]:
+        """Nodes whose host is gone."""
+        return [node for node, proxy in self._hosts.items() if proxy.gone is not None]
+
+    async def _replace_lost(self) -> list[int]:
+        """Give each lost host's ranks to a spare host; returns the nodes replaced.
 
         Raises:
-            process.RecoveryError: a host is gone (no spare host takes its ranks yet).
+            process.RecoveryError: no spare host was ready, or joined within the host wait.
         """
-        gone = {node: proxy.gone for node, proxy in self._hosts.items() if proxy.gone}
-        if gone:
-            node, why = next(iter(gone.items()))
-            raise process.RecoveryError(f"host {node} is gone ({why}); no spare host to take "
-                                        "its ranks")
-        return self._hosts
+        replaced = []
+        for node in self._lost():
+            why = self._hosts[node].gone
+            while True:
+                spare = await self._spares.take(self._host_wait)
+                if spare is None:
+                    raise process.RecoveryError(
+                        f"host {node} is lost ({why}) and no spare host joined within "
+                        f"{self._host_wait:g} s (--nnodes MIN:MAX adds spares)")
+                try:
+                    await spare.take_ranks(node)
+                except agent_proxy.AgentCommandError as error:
+                    logger.warning("spare host %s is gone: %s", spare.host, error)
+                    continue
+                break
+            logger.warning("spare host %s takes the ranks of node %d (%s)", spare.host, node,
+                           why)
+            self._hosts[node] = spare
+            replaced.append(node)
+        return replaced
 
-    def _restore_step(self) -> int:
-        """The step every host restores: the newest every rank holds in memory (ranks in lock
-        step hold the same step or one apart, and keep two snapshots), else the newest every
-        host has on disk, else 0 (afresh)."""
+    def _restore_plan(self, fresh: Collection[int]) -> tuple[int, dict[int, int]]:
+        """The step every host restores, and which rank sends it to each rank on a node of
+        ``fresh`` (its host replaced: nothing of its ranks in its memory).
+
+        The newest step that every rank holds in its own host's memory (or a replica on the
+        same host does: its agent finds that one), each rank of a fresh node from a
+        data-parallel replica on another host; else the newest step every host has on disk;
+        else 0 (afresh)."""
+        layout = self.layout
         if self._current is not None:
-            steps = [w.snapshot_step for w in self._current.workers.values()]
-            if steps and all(step is not None for step in steps):
-                return min(step for step in steps if step is not None)
+            workers = self._current.workers
+            held = {rank: set(w.held_steps) for rank, w in workers.items()
+                    if self._node_of(rank) not in fresh}
+            for step in sorted(set().union(*held.values()), reverse=True):
+                peers: dict[int, int] = {}
+                for rank in range(layout.world_size):
+                    node = self._node_of(rank)
+                    having = [r for r in layout.group(rank) if step in held.get(r, ())]
+                    if node not in fresh:
+                        if not any(self._node_of(r) == node for r in having):
+                            break
+                        continue
+                    if not having:
+                        break
+                    peers[rank] = having[0]
+                else:
+                    return step, peers
+        if fresh:
+            return 0, {}
         on_disk = set.intersection(*(set(proxy.disk_steps) for proxy in self._hosts.values()))
-        return max(on_disk, default=0)
+        return max(on_disk, default=0), {}
 
     async def _each(self, call: Any, hosts: Mapping[int, agent_proxy.AgentProxy] | None = None
                     ) -> dict[int, Any]:
-        """``call(node, proxy)`` on every live host at once; their results by node."""
-        hosts = self._live() if hosts is None else hosts
-        results = await asyncio.gather(*(call(node, proxy) for node, proxy in hosts.items()))
+        """``call(node, proxy)`` on every host at once (``hosts``: on those); results by node.
+
+        Raises:
+            process.RecoveryError: a host was lost while it carried the call out (the
+                recovery under way cannot be completed: the controller moves on).
+        """
+        hosts = self._hosts if hosts is None else hosts
+        results = await asyncio.gather(*(call(node, proxy) for node, proxy in hosts.items()),
+                                       return_exceptions=True)
+        for (node, proxy), result in zip(hosts.items(), results, strict=True):
+            if isinstance(result, agent_proxy.AgentCommandError) and proxy.gone is not None:
+                raise process.RecoveryError(f"host {node} ({proxy.host}) was lost: {result}")
+            if isinstance(result, BaseException):
+                raise result
         return dict(zip(hosts, results, strict=True))
+
+    async def _each_left(self, call: Any) -> dict[int, Any]:
+        """``call`` on every host still connected; a host lost meanwhile is left out (the
+        generation's end reports its loss)."""
+        hosts = self._connected()
+        results = await asyncio.gather(*(call(node, proxy) for node, proxy in hosts.items()),
+                                       return_exceptions=True)
+        found = {}
+        for (node, proxy), result in zip(hosts.items(), results, strict=True):
+            if isinstance(result, agent_proxy.AgentCommandError) and proxy.gone is not None:
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            found[node] = result
+        return found
+
+    async def _store(self) -> tuple[str, int]:
+        """Where the next generation meets: a store on the lowest node's host.
+
+        Raises:
+            process.RecoveryError: that host was lost meanwhile.
+        """
+        stores = await self._each(lambda node, proxy: proxy.host_store(),
+                                  dict([next(iter(self._hosts.items()))]))
+        store: tuple[str, int] = next(iter(stores.values()))
+        return store
 
     async def _form(self, number: int, views: Mapping[int, agent_proxy.GenerationView],
                     store: tuple[str, int]) -> ClusterGeneration:
@@ -187,56 +311,71 @@ class ClusterAgents:
 
     async def start_generation(self, number: int, *, restart_count: int,
                                move: Collection[int] = ()) -> ClusterGeneration:
-        hosts = self._live()
-        store = await next(iter(hosts.values())).host_store()
-        step = self._restore_step()
+        fresh = await self._replace_lost()
+        store = await self._store()
+        step, peers = self._restore_plan(fresh)
         views = await self._each(lambda node, proxy: proxy.start_generation(
             number, restart_count=restart_count, move=self._ranks(node, move),
-            rendezvous=store, restore_step=step))
+            rendezvous=store, restore_step=step, peers=peers))
         return await self._form(number, views, store)
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
                       to_spares: bool) -> ClusterGeneration:
-        hosts = self._live()
-        await self._each(lambda node, proxy: proxy.leave(replace=self._ranks(node, replace)))
-        store = await next(iter(hosts.values())).host_store()
-        step = self._restore_step()
-        views = await self._each(lambda node, proxy: proxy.recover(
-            number, restart_count=restart_count, replace=self._ranks(node, replace),
-            to_spares=to_spares, rendezvous=store, restore_step=step))
-        return await self._form(number, views, store)
+        lost = self._lost()
+        replace = set(replace) | {rank for rank in range(self.layout.world_size)
+                                  if self._node_of(rank) in lost}
+        await self._each(lambda node, proxy: proxy.leave(replace=self._ranks(node, replace)),
+                         self._connected())
+        lost = self._lost()  # hosts lost while the others left: their ranks are new too
+        replace |= {rank for rank in range(self.layout.world_size)
+                    if self._node_of(rank) in lost}
+        fresh = await self._replace_lost()
+        store = await self._store()
+        step, peers = self._restore_plan(fresh)
+
+        def form(node: int, proxy: agent_proxy.AgentProxy) -> Any:
+            if node in fresh:  # a spare that took a lost host's ranks: all of them anew
+                return proxy.start_generation(number, restart_count=restart_count,
+                                              rendezvous=store, restore_step=step, peers=peers)
+            return proxy.recover(number, restart_count=restart_count,
+                                 replace=self._ranks(node, replace), to_spares=to_spares,
+                                 rendezvous=store, restore_step=step, peers=peers)
+
+        return await self._form(number, await self._each(form), store)
 
     async def dump(self, *, failed: Collection[int]) -> int | None:
-        steps = await self._each(lambda node, proxy: proxy.dump(failed=self._ranks(node, failed)))
+        steps = await self._each_left(
+            lambda node, proxy: proxy.dump(failed=self._ranks(node, failed)))
         saved = list(steps.values())
         return None if any(step is None for step in saved) else min(saved)
 
     async def complete_snapshots(self, *, failed_rank: int, step: int | None,
                                  timeout: float) -> None:
-        await self._each(lambda node, proxy: proxy.complete_snapshots(
-            failed_rank=failed_rank, step=step, timeout=timeout), self._connected())
+        await self._each_left(lambda node, proxy: proxy.complete_snapshots(
+            failed_rank=failed_rank, step=step, timeout=timeout))
 
     async def stop_workers(self) -> None:
-        await self._each(lambda node, proxy: proxy.stop_workers(), self._connected())
+        await self._each_left(lambda node, proxy: proxy.stop_workers())
 
     async def describe(self) -> ClusterGeneration:
-        await self._each(lambda node, proxy: proxy.describe(), self._connected())
+        await self._each_left(lambda node, proxy: proxy.describe())
         if self._current is None:
             raise agent_proxy.AgentCommandError("no generation has been started")
         return self._current
 
     async def stop_at(self, step: int | None) -> None:
-        await self._each(lambda node, proxy: proxy.stop_at(step), self._connected())
+        await self._each_left(lambda node, proxy: proxy.stop_at(step))
 
     async def settle(self, *, timeout: float) -> None:
-        await self._each(lambda node, proxy: proxy.settle(timeout=timeout), self._connected())
+        await self._each_left(lambda node, proxy: proxy.settle(timeout=timeout))
 
     async def flush_checkpoints(self) -> None:
-        await self._each(lambda node, proxy: proxy.flush_checkpoints(), self._connected())
+        await self._each_left(lambda node, proxy: proxy.flush_checkpoints())
 
     async def end_job(self, end: pb.EndJob) -> None:
-        """Tell every host still connected that the job is over."""
-        await self._each(lambda node, proxy: proxy.end_job(end), self._connected())
+        """Tell every host still connected, spares too, that the job is over."""
+        hosts = [*self._connected().values(), *self._spares.waiting()]
+        await asyncio.gather(*(proxy.end_job(end) for proxy in hosts), return_exceptions=True)
         if self._current is not None:
             self._current.close()
 

@@ -276,8 +276,23 @@ class JobController:
                 continue
             else:
                 await self._agent.stop_workers()
-                formed = await self._agent.start_generation(
-                    number, restart_count=self._restarts_used, move=context.isolated)
+                try:
+                    formed = await self._agent.start_generation(
+                        number, restart_count=self._restarts_used, move=context.isolated)
+                except process.RecoveryError as error:  # a host lost, and none to replace it
+                    self._record(events.RecoveryFailed(
+                        job=self._job, generation=generation.number, fault_rank=fault.rank,
+                        strategy=str(strategy), reason=str(error),
+                        seconds=self._clock.monotonic() - decided_at))
+                    failed_decision = policy.Decision(
+                        policy.Strategy.FAIL, f"{strategy.label} failed: {error}")
+                    self._faults[index] = dataclasses.replace(self._faults[index],
+                                                              decision=failed_decision)
+                    self._record(events.DecisionMade(
+                        job=self._job, generation=generation.number,
+                        strategy=str(policy.Strategy.FAIL), reason=failed_decision.reason,
+                        restarts_left=self.settings.max_restarts - self._restarts_used))
+                    return self._errors(generation, fault)
             self._started(formed)
             return formed, _Recovery(index, strategy, decided_at)
 
@@ -375,6 +390,8 @@ class JobController:
         parts = []
         for worker in failed:
             code = process.describe_returncode(worker.returncode or 0)
+            if worker.rank == fault.rank and fault.kind is process.ProcessFaultKind.HOST_LOST:
+                code = f"lost with its host ({fault.detail})"
             title = "root cause" if worker.rank == fault.rank else "also failed"
             excerpt = worker.excerpt().strip() or "(no error output)"
             indented = "\n".join("    " + line for line in excerpt.splitlines())

@@ -83,56 +83,63 @@ def _difference(first: protobuf_message.Message, other: protobuf_message.Message
     return None
 
 
-_AGREED = ("nnodes", "nproc_per_node", "program", "version", "dp_size", "recovery")
+_AGREED = ("nnodes", "max_nodes", "nproc_per_node", "program", "version", "dp_size",
+           "recovery")
 """What every host of a job must agree on."""
 
 
 class _ClusterJob:
-    """One job while its hosts join and while it runs."""
+    """One job while its hosts join and while it runs.
+
+    Places 0..nnodes-1 are the nodes that hold ranks; a host at a place past them, or any
+    host joining once the job runs, is a spare (its place names only its run directory)."""
 
     def __init__(self, first: pb.Register) -> None:
         self.first = first
         self.hosts: dict[int, agent_proxy.AgentProxy] = {}
-        self.names: dict[int, str] = {}
-        self.claimed: dict[int, str] = {}  # node rank -> host, from registration on
+        self.spares = cluster_agents.SparePool()
+        self.claimed: dict[int, str] = {}  # place -> the host connected there
         self.started = False
         self.ended = asyncio.Event()
 
-    def admit(self, register: pb.Register) -> int:
-        """The node rank ``register`` gets.
+    def admit(self, register: pb.Register) -> tuple[int, bool]:
+        """The place ``register`` gets, and whether it is a spare.
 
         Raises:
-            JoinError: it disagrees with the job, its node rank is taken or out of range, or
-                the job already runs.
+            JoinError: it disagrees with the job, or its place is taken or out of range, or
+                every place is taken.
         """
         job = self.first.job
         found = _difference(self.first, register, names=_AGREED)
         if found:
             raise JoinError(f"host {register.host} may not join job {job}: it has {found}")
-        if self.started:
-            raise JoinError(f"host {register.host} may not join job {job}: it already runs on "
-                            f"its {self.first.nnodes} hosts (no spare hosts yet)")
+        places = max(register.max_nodes, register.nnodes)
         if register.HasField("node_rank"):
-            node = register.node_rank
-            if node not in range(register.nnodes):
-                raise JoinError(f"host {register.host}: node rank {node} is out of range for "
-                                f"{register.nnodes} hosts (0..{register.nnodes - 1})")
-            if node in self.claimed:
-                raise JoinError(f"host {register.host} claims node rank {node} of job {job}, "
-                                f"which host {self.claimed[node]} holds")
+            place = register.node_rank
+            if place not in range(places):
+                raise JoinError(f"host {register.host}: node rank {place} is out of range for "
+                                f"{places} hosts (0..{places - 1})")
+            if place in self.claimed:
+                raise JoinError(f"host {register.host} claims node rank {place} of job {job}, "
+                                f"which host {self.claimed[place]} holds")
         else:
-            free = [n for n in range(register.nnodes) if n not in self.claimed]
+            first_free = range(places) if self.started else range(register.nnodes)
+            free = [n for n in first_free if n not in self.claimed] or [
+                n for n in range(places) if n not in self.claimed]
             if not free:
-                raise JoinError(f"host {register.host}: every node rank of job {job} is held")
-            node = free[0]
-        self.claimed[node] = register.host
-        return node
+                raise JoinError(f"host {register.host} may not join job {job}: its "
+                                f"{register.nnodes} hosts and {places - register.nnodes} "
+                                "spares are all there")
+            place = free[0]
+        self.claimed[place] = register.host
+        return place, self.started or place >= register.nnodes
 
-    def release(self, node: int) -> None:
-        """A host that joined went away before the job started."""
+    def release(self, place: int) -> None:
+        """The host at ``place`` went away: the place is free for another (before the job
+        starts, it no longer counts towards it)."""
+        self.claimed.pop(place, None)
         if not self.started:
-            self.claimed.pop(node, None)
-            self.hosts.pop(node, None)
+            self.hosts.pop(place, None)
 
     @property
     def complete(self) -> bool:
@@ -143,8 +150,23 @@ class _ClusterJob:
 class ControllerSettings:
     run_root: Path
     """Where each job's state store (``<run root>/<job>/state.db``) is kept."""
-    link_timeout: float = 10.0
-    """Seconds an agent has to report once registered."""
+    link_timeout: float = 120.0
+    """Seconds an agent has to report once registered (it starts its standby process
+    first, which imports torch)."""
+    host_lease: float = 2.0
+    """Seconds a host's stream may stay silent before the host is lost (gRPC keepalive: a
+    ping every half of it, each answered within half of it)."""
+    host_wait: float = 30.0
+    """Seconds a recovery waits for a spare host when a host is lost and no spare is ready
+    (one may join: trainguard run again on any host); then the job fails, saying so."""
+
+    def __post_init__(self) -> None:
+        for name in ("link_timeout", "host_lease"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name.replace('_', '-')} must be > 0 seconds, got "
+                                 f"{getattr(self, name)}")
+        if not self.host_wait >= 0:
+            raise ValueError(f"host-wait must be >= 0 seconds, got {self.host_wait}")
 
 
 class ControllerService:
@@ -155,7 +177,8 @@ class ControllerService:
         self._on_event = on_event
         self._jobs: dict[str, _ClusterJob] = {}
         self._runs: set[asyncio.Task[None]] = set()
-        self._server = grpc_channel.ControlServer(self._agent_joined)
+        self._server = grpc_channel.ControlServer(self._agent_joined,
+                                                  lease=settings.host_lease)
         self.results: dict[str, job_controller.JobResult] = {}
         """The last result of each job run here, by job id."""
 
@@ -188,7 +211,7 @@ class ControllerService:
         register = envelope.register
         job = self._jobs.setdefault(register.job, _ClusterJob(register))
         try:
-            node = job.admit(register)
+            place, spare = job.admit(register)
         except JoinError as error:
             logger.warning("refused: %s", error)
             if not job.claimed:
@@ -197,35 +220,40 @@ class ControllerService:
                 refused=pb.Refusal(reason=str(error))))))
             return
         channel.send(versioned.serialize(pb.Envelope(registered=pb.Registered(
-            placement=pb.Placement(node_rank=node, nnodes=register.nnodes)))))
+            placement=pb.Placement(node_rank=place, nnodes=register.nnodes, spare=spare)))))
         proxy = agent_proxy.AgentProxy(channel)
         try:
-            await proxy.connect(timeout=self.settings.link_timeout)
-        except agent_proxy.AgentCommandError as error:
-            logger.warning("host %s (node %d of job %s) left before it reported: %s",
-                           register.host, node, register.job, error)
-            job.release(node)
-            await proxy.close()
-            return
-        job.hosts[node] = proxy
-        job.names[node] = register.host
-        logger.info("host %s joined job %s as node %d (%d of %d)", register.host, register.job,
-                    node, len(job.hosts), register.nnodes)
-        if job.complete and not job.started:
-            job.started = True
-            run = asyncio.create_task(self._run(job), name=f"job-{register.job}")
-            self._runs.add(run)
-            run.add_done_callback(self._runs.discard)
-        # The stream lives as long as the job, or until the host goes.
-        gone = asyncio.create_task(proxy.wait_gone())
-        ended = asyncio.create_task(job.ended.wait())
-        try:
-            await asyncio.wait({gone, ended}, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                await proxy.connect(timeout=self.settings.link_timeout)
+            except agent_proxy.AgentCommandError as error:
+                logger.warning("host %s (place %d of job %s) left before it reported: %s",
+                               register.host, place, register.job, error)
+                return
+            what = "as a spare" if spare else f"as node {place}"
+            if spare:
+                job.spares.add(proxy)
+            else:
+                job.hosts[place] = proxy
+            logger.info("host %s joined job %s %s (%d of %d hosts, %d spares)", register.host,
+                        register.job, what, len(job.hosts), register.nnodes, len(job.spares))
+            if job.complete and not job.started:
+                job.started = True
+                run = asyncio.create_task(self._run(job), name=f"job-{register.job}")
+                self._runs.add(run)
+                run.add_done_callback(self._runs.discard)
+            # The stream lives as long as the job, or until the host goes.
+            gone = asyncio.create_task(proxy.wait_gone())
+            ended = asyncio.create_task(job.ended.wait())
+            try:
+                await asyncio.wait({gone, ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (gone, ended):
+                    task.cancel()
+            if proxy.gone is not None and not job.ended.is_set():
+                logger.warning("host %s (place %d of job %s) is gone: %s", register.host,
+                               place, register.job, proxy.gone)
         finally:
-            for task in (gone, ended):
-                task.cancel()
-            if not job.started:
-                job.release(node)
+            job.release(place)
             await proxy.close()
 
     async def _run(self, job: _ClusterJob) -> None:
@@ -236,7 +264,9 @@ class ControllerService:
         events_recorder = recorder.EventRecorder(store, self._clock)
         if self._on_event is not None:
             events_recorder.subscribe(self._on_event)
-        agents = cluster_agents.ClusterAgents(job.hosts, nproc_per_node=first.nproc_per_node)
+        agents = cluster_agents.ClusterAgents(
+            job.hosts, nproc_per_node=first.nproc_per_node, spares=job.spares,
+            host_wait=self.settings.host_wait)
         try:
             controller = job_controller.JobController(
                 recovery_from_pb(first.recovery), job=first.job,

@@ -26,6 +26,7 @@ class ProcessFaultKind(enum.StrEnum):
     HUNG = "hung"  # the process lives but missed its heartbeat deadline
     RAISED = "raised"  # an exception in the step (uncaught, or caught by the step guard)
     COMMUNICATION = "communication"  # a collective failed while every rank is alive
+    HOST_LOST = "host-lost"  # its host's agent is gone (killed, cut off): its ranks with it
 
 
 _PEER_LOSS = (
@@ -116,6 +117,8 @@ class ProcessFault:
             what = f"raised {self.detail}" if self.detail else "raised an exception"
         elif self.kind is ProcessFaultKind.COMMUNICATION:
             what = f"lost its collective ({self.detail})" if self.detail else "lost its collective"
+        elif self.kind is ProcessFaultKind.HOST_LOST:
+            what = f"was lost with its host ({self.detail})" if self.detail else "lost its host"
         elif self.returncode is not None:
             what = f"failed with {describe_returncode(self.returncode)}"
         else:

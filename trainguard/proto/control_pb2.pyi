@@ -23,10 +23,11 @@ class Envelope(_message.Message):
     def __init__(self, version: _Optional[int] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("job", "node_rank", "nnodes", "nproc_per_node", "program", "version", "host", "address", "dp_size", "recovery")
+    __slots__ = ("job", "node_rank", "nnodes", "max_nodes", "nproc_per_node", "program", "version", "host", "address", "dp_size", "recovery")
     JOB_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     NNODES_FIELD_NUMBER: _ClassVar[int]
+    MAX_NODES_FIELD_NUMBER: _ClassVar[int]
     NPROC_PER_NODE_FIELD_NUMBER: _ClassVar[int]
     PROGRAM_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +38,7 @@ class Register(_message.Message):
     job: str
     node_rank: int
     nnodes: int
+    max_nodes: int
     nproc_per_node: int
     program: str
     version: str
@@ -44,7 +46,7 @@ class Register(_message.Message):
     address: str
     dp_size: int
     recovery: Recovery
-    def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ...) -> None: ...
+    def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ...) -> None: ...
 
 class Recovery(_message.Message):
     __slots__ = ("max_restarts", "crash_loop_window", "crash_loop_repeats", "crash_loop_settle", "snapshot_grace", "recover_strategy", "recover_timeout")
@@ -73,15 +75,17 @@ class Registered(_message.Message):
     def __init__(self, placement: _Optional[_Union[Placement, _Mapping]] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ...) -> None: ...
 
 class Placement(_message.Message):
-    __slots__ = ("node_rank", "nnodes")
+    __slots__ = ("node_rank", "nnodes", "spare")
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     NNODES_FIELD_NUMBER: _ClassVar[int]
+    SPARE_FIELD_NUMBER: _ClassVar[int]
     node_rank: int
     nnodes: int
-    def __init__(self, node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ...) -> None: ...
+    spare: bool
+    def __init__(self, node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., spare: _Optional[bool] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe", "host_store", "leave", "end_job")
+    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe", "host_store", "leave", "end_job", "take_ranks")
     ID_FIELD_NUMBER: _ClassVar[int]
     START_GENERATION_FIELD_NUMBER: _ClassVar[int]
     RECOVER_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +99,7 @@ class Command(_message.Message):
     HOST_STORE_FIELD_NUMBER: _ClassVar[int]
     LEAVE_FIELD_NUMBER: _ClassVar[int]
     END_JOB_FIELD_NUMBER: _ClassVar[int]
+    TAKE_RANKS_FIELD_NUMBER: _ClassVar[int]
     id: int
     start_generation: StartGeneration
     recover: Recover
@@ -108,7 +113,14 @@ class Command(_message.Message):
     host_store: HostStore
     leave: Leave
     end_job: EndJob
-    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., host_store: _Optional[_Union[HostStore, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., end_job: _Optional[_Union[EndJob, _Mapping]] = ...) -> None: ...
+    take_ranks: TakeRanks
+    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., host_store: _Optional[_Union[HostStore, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., end_job: _Optional[_Union[EndJob, _Mapping]] = ..., take_ranks: _Optional[_Union[TakeRanks, _Mapping]] = ...) -> None: ...
+
+class TakeRanks(_message.Message):
+    __slots__ = ("node_rank",)
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    node_rank: int
+    def __init__(self, node_rank: _Optional[int] = ...) -> None: ...
 
 class Rendezvous(_message.Message):
     __slots__ = ("address", "port")
@@ -119,34 +131,52 @@ class Rendezvous(_message.Message):
     def __init__(self, address: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class StartGeneration(_message.Message):
-    __slots__ = ("number", "restart_count", "move", "rendezvous", "restore_step")
+    __slots__ = ("number", "restart_count", "move", "rendezvous", "restore_step", "peers")
+    class PeersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
     MOVE_FIELD_NUMBER: _ClassVar[int]
     RENDEZVOUS_FIELD_NUMBER: _ClassVar[int]
     RESTORE_STEP_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     number: int
     restart_count: int
     move: _containers.RepeatedScalarFieldContainer[int]
     rendezvous: Rendezvous
     restore_step: int
-    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., move: _Optional[_Iterable[int]] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., restore_step: _Optional[int] = ...) -> None: ...
+    peers: _containers.ScalarMap[int, int]
+    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., move: _Optional[_Iterable[int]] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., restore_step: _Optional[int] = ..., peers: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class Recover(_message.Message):
-    __slots__ = ("number", "restart_count", "replace", "to_spares", "rendezvous", "restore_step")
+    __slots__ = ("number", "restart_count", "replace", "to_spares", "rendezvous", "restore_step", "peers")
+    class PeersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     TO_SPARES_FIELD_NUMBER: _ClassVar[int]
     RENDEZVOUS_FIELD_NUMBER: _ClassVar[int]
     RESTORE_STEP_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     number: int
     restart_count: int
     replace: _containers.RepeatedScalarFieldContainer[int]
     to_spares: bool
     rendezvous: Rendezvous
     restore_step: int
-    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., replace: _Optional[_Iterable[int]] = ..., to_spares: _Optional[bool] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., restore_step: _Optional[int] = ...) -> None: ...
+    peers: _containers.ScalarMap[int, int]
+    def __init__(self, number: _Optional[int] = ..., restart_count: _Optional[int] = ..., replace: _Optional[_Iterable[int]] = ..., to_spares: _Optional[bool] = ..., rendezvous: _Optional[_Union[Rendezvous, _Mapping]] = ..., restore_step: _Optional[int] = ..., peers: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class HostStore(_message.Message):
     __slots__ = ()
@@ -271,20 +301,22 @@ class Report(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., agent: _Optional[_Union[AgentState, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ...) -> None: ...
 
 class AgentState(_message.Message):
-    __slots__ = ("host", "world_size", "dp_size", "spares_left", "node_rank", "disk_steps")
+    __slots__ = ("host", "world_size", "dp_size", "spares_left", "node_rank", "disk_steps", "spare")
     HOST_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     DP_SIZE_FIELD_NUMBER: _ClassVar[int]
     SPARES_LEFT_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     DISK_STEPS_FIELD_NUMBER: _ClassVar[int]
+    SPARE_FIELD_NUMBER: _ClassVar[int]
     host: str
     world_size: int
     dp_size: int
     spares_left: int
     node_rank: int
     disk_steps: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, host: _Optional[str] = ..., world_size: _Optional[int] = ..., dp_size: _Optional[int] = ..., spares_left: _Optional[int] = ..., node_rank: _Optional[int] = ..., disk_steps: _Optional[_Iterable[int]] = ...) -> None: ...
+    spare: bool
+    def __init__(self, host: _Optional[str] = ..., world_size: _Optional[int] = ..., dp_size: _Optional[int] = ..., spares_left: _Optional[int] = ..., node_rank: _Optional[int] = ..., disk_steps: _Optional[_Iterable[int]] = ..., spare: _Optional[bool] = ...) -> None: ...
 
 class Generation(_message.Message):
     __slots__ = ("number", "master_port", "started_at", "kept", "restore", "plan_seconds", "workers", "completed_step", "all_stepping_at", "outcome")
@@ -323,7 +355,7 @@ class Restore(_message.Message):
     def __init__(self, source: _Optional[str] = ..., step: _Optional[int] = ..., note: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ("rank", "returncode", "stopping", "exited_at", "alive", "in_process", "left", "device", "excerpt", "begun_step", "snapshot_step")
+    __slots__ = ("rank", "returncode", "stopping", "exited_at", "alive", "in_process", "left", "device", "excerpt", "begun_step", "snapshot_step", "held_steps")
     RANK_FIELD_NUMBER: _ClassVar[int]
     RETURNCODE_FIELD_NUMBER: _ClassVar[int]
     STOPPING_FIELD_NUMBER: _ClassVar[int]
@@ -335,6 +367,7 @@ class Worker(_message.Message):
     EXCERPT_FIELD_NUMBER: _ClassVar[int]
     BEGUN_STEP_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_STEP_FIELD_NUMBER: _ClassVar[int]
+    HELD_STEPS_FIELD_NUMBER: _ClassVar[int]
     rank: int
     returncode: int
     stopping: bool
@@ -346,7 +379,8 @@ class Worker(_message.Message):
     excerpt: str
     begun_step: int
     snapshot_step: int
-    def __init__(self, rank: _Optional[int] = ..., returncode: _Optional[int] = ..., stopping: _Optional[bool] = ..., exited_at: _Optional[float] = ..., alive: _Optional[bool] = ..., in_process: _Optional[bool] = ..., left: _Optional[_Union[Left, _Mapping]] = ..., device: _Optional[int] = ..., excerpt: _Optional[str] = ..., begun_step: _Optional[int] = ..., snapshot_step: _Optional[int] = ...) -> None: ...
+    held_steps: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, rank: _Optional[int] = ..., returncode: _Optional[int] = ..., stopping: _Optional[bool] = ..., exited_at: _Optional[float] = ..., alive: _Optional[bool] = ..., in_process: _Optional[bool] = ..., left: _Optional[_Union[Left, _Mapping]] = ..., device: _Optional[int] = ..., excerpt: _Optional[str] = ..., begun_step: _Optional[int] = ..., snapshot_step: _Optional[int] = ..., held_steps: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Left(_message.Message):
     __slots__ = ("generation", "step", "error", "code", "time")

@@ -20,9 +20,20 @@ import grpc.aio
 from trainguard.proto import channel as channels
 from trainguard.proto import control_pb2 as pb
 
-__all__ = ["AgentConnection", "ControlServer", "connect"]
+__all__ = ["AGENT_LEASE", "AgentConnection", "ControlServer", "connect"]
 
 logger = logging.getLogger(__name__)
+
+
+AGENT_LEASE = 2.0
+"""Seconds a connection between an agent and its controller may stay silent before either end
+gives it up: a cut link or a host that vanished is seen within it, by gRPC keepalive pings."""
+
+
+def _keepalive(lease: float) -> list[tuple[str, int]]:
+    half = max(1, round(lease * 500))
+    return [("grpc.keepalive_time_ms", half), ("grpc.keepalive_timeout_ms", half),
+            ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
 
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["Control"]
@@ -72,9 +83,16 @@ class ControlServer:
     """The controller's gRPC server; ``on_agent(channel, peer)`` runs for each agent's stream,
     which ends when it returns."""
 
-    def __init__(self, on_agent: Callable[[_StreamEnd, str], Awaitable[None]]) -> None:
+    def __init__(self, on_agent: Callable[[_StreamEnd, str], Awaitable[None]], *,
+                 lease: float = AGENT_LEASE) -> None:
+        """``lease``: seconds an agent's connection may stay silent before its stream ends
+        (it is pinged every half of it; a ping unanswered within half of it ends it)."""
         self._on_agent = on_agent
-        self._server = grpc.aio.server()
+        self._server = grpc.aio.server(options=[
+            *_keepalive(lease),
+            # Agents ping too (connect); refusing their pings would end their streams.
+            ("grpc.http2.min_ping_interval_without_data_ms", 100),
+        ])
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             _SERVICE.full_name,
             {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}),))
@@ -143,7 +161,7 @@ async def connect(address: str, *, timeout: float) -> AgentConnection:
     Raises:
         ConnectionError: the controller did not answer within ``timeout`` seconds.
     """
-    channel = grpc.aio.insecure_channel(address)
+    channel = grpc.aio.insecure_channel(address, options=_keepalive(AGENT_LEASE))
     try:
         await asyncio.wait_for(_ready(channel), timeout)
     except TimeoutError:

@@ -1,0 +1,116 @@
+"""A whole host lost: its ranks move to a spare host, their state from data-parallel replicas on
+the other hosts over the network; every other host keeps its processes; the job ends bitwise
+identical to a run without faults. Without a spare: a clear failure after the stated wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.hosts import Cluster
+from tests.e2e.jobs import Job
+from tests.hosts.netns import HostNetwork, require_netns
+
+# The demo's job, long enough (about 4 s of steps here) to lose a host in the middle.
+JOB = ["-m", "trainguard.demo.ddp_job", "--steps", "400", "--width", "64"]
+
+
+@pytest.fixture(scope="module")
+def clean_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The final parameters of the same job on 4 ranks of one host, without faults."""
+    root = tmp_path_factory.mktemp("clean")
+    job = Job(["--nproc-per-node", "4", *JOB, "--output", str(root / "sha")],
+              run_root=root / "runs", run_id="clean", cwd=root)
+    try:
+        assert job.wait() == 0, job.output()
+    finally:
+        job.kill()
+    return (root / "sha").read_text()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster.around(tmp_path) as started:
+        yield started
+
+
+def _started(cluster: Cluster, tmp_path: Path, *, prefixes: tuple[tuple[str, ...], ...] = (
+        (), (), ())) -> list[Job]:
+    """Nodes 0 and 1 (2 ranks each) and one spare, running JOB."""
+    common = ["--nproc-per-node", "2", "--max-restarts", "2"]
+    output = ["--output", str(tmp_path / "sha")]
+    return [cluster.host(node, *common, *JOB, *output, nnodes="2:3", prefix=prefix)
+            for node, prefix in enumerate(prefixes)]
+
+
+def _training(host: Job) -> None:
+    host.wait_for("step 100", lambda: "step 100 " in host.output(), timeout=120)
+
+
+@pytest.mark.parametrize("lost", [1, 0], ids=["host-1", "host-of-rank-0"])
+def test_a_host_killed_whole_moves_its_ranks_to_the_spare(
+        cluster: Cluster, tmp_path: Path, clean_digest: str, lost: int) -> None:
+    controller = cluster.start_controller()
+    hosts = _started(cluster, tmp_path)
+    _training(hosts[0])  # rank 0 prints the steps
+    hosts[lost].kill()  # SIGKILL to the agent and every worker: the host is gone
+    kept = hosts[1 - lost]
+    assert [kept.wait(), hosts[2].wait()] == [0, 0], kept.output() + hosts[2].output()
+    assert (tmp_path / "sha").read_text() == clean_digest, "not bitwise identical"
+    fault, = controller.events("job", "fault-detected")
+    assert (fault["fault_kind"], fault["rank"]) == ("host-lost", 2 * lost)
+    recovery, = controller.events("job", "recovery-completed")
+    assert recovery["steps_lost"] == 0
+    assert recovery["restore_source"] == "memory and peers"
+    assert recovery["recover_seconds"] < 10
+    started = controller.events("job", "generation-started")
+    assert started[-1]["kept_processes"] == 2, "the other host keeps its processes"
+    assert "this spare host takes node" in hosts[2].output()
+    assert "spare host" in controller.output()
+
+
+def test_without_a_spare_a_lost_host_fails_the_job_after_the_stated_wait(
+        cluster: Cluster, tmp_path: Path) -> None:
+    controller = cluster.start_controller("--host-wait", "2")
+    common = ["--nproc-per-node", "2", "--max-restarts", "2"]
+    hosts = [cluster.host(node, *common, *JOB, "--output", str(tmp_path / "sha"))
+             for node in (0, 1)]
+    _training(hosts[0])
+    hosts[1].kill()
+    assert hosts[0].wait() == 1
+    finished, = controller.events("job", "job-finished")
+    assert finished["outcome"] == "failed"
+    assert "host 1 is lost" in finished["reason"]
+    assert "no spare host joined within 2 s" in finished["reason"]
+    assert "[root cause] rank 2: lost with its host (node 1" in hosts[0].output()
+
+
+def test_a_host_cut_off_is_replaced_by_the_spare_and_fenced(
+        tmp_path: Path, clean_digest: str) -> None:
+    """Host 1's link goes down (a pulled cable): silence, no reset. The controller loses it
+    within the lease and moves its ranks to the spare; host 1, cut off, stops its workers
+    and exits by itself; its link back, nothing of it disturbs the job."""
+    require_netns(hostnames=True)
+    with HostNetwork(3, hostnames=True) as network, Cluster.around(tmp_path) as cluster:
+        controller = cluster.start_controller(address=network.root_address)
+        hosts = _started(cluster, tmp_path, prefixes=tuple(
+            tuple(network.host(node).command()) for node in range(3)))
+        _training(hosts[0])
+        cut_at = time.monotonic()
+        network.host(1).cut()
+        kept = hosts[0]
+        assert [kept.wait(), hosts[2].wait()] == [0, 0], kept.output() + hosts[2].output()
+        assert (tmp_path / "sha").read_text() == clean_digest, "not bitwise identical"
+        fault, = controller.events("job", "fault-detected")
+        assert fault["fault_kind"] == "host-lost"
+        recovery, = controller.events("job", "recovery-completed")
+        assert recovery["steps_lost"] == 0
+        assert time.monotonic() - cut_at < 120
+        # Fenced: cut off, host 1 ends its own workers and exits without the controller.
+        assert hosts[1].wait(120) != 0
+        assert "controller is gone" in hosts[1].output()
+        network.host(1).restore()
+
