@@ -9,7 +9,9 @@ second one within a day raises the device to ManuallySeparateNPU (the original's
 FaultFrequency rule: twice in 24 h), so its rank moves to a spare device with its state from a
 replica (recover), as does the faulty device's. Its report (``trainguard report``) is written
 into its run directory. The same job then runs again without faults, and the two runs' final
-parameters are compared bit for bit.
+parameters are compared bit for bit. Last, the job runs across three local hosts (two with two
+ranks each, one spare) and one host is killed whole (:mod:`.demo_hosts`); its final parameters
+must be the same again.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from trainguard.agent import (
     workers,
 )
 from trainguard.cli import console as console_output
-from trainguard.cli import report_command
+from trainguard.cli import demo_hosts, report_command
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.controller import policy
 from trainguard.ipc import messages
@@ -75,6 +77,7 @@ def _write_report(run_dir: Path, console: Console) -> None:
 
 
 def demo(
+    *,
     steps: Annotated[int, typer.Option(help="Training steps.")] = 500,
     nproc: Annotated[int, typer.Option("--nproc-per-node", help="Ranks.")] = 4,
     width: Annotated[int, typer.Option(
@@ -83,6 +86,9 @@ def demo(
                                            help="Where run directories go.")] = DEFAULT_RUN_ROOT,
     reference: Annotated[bool, typer.Option(
         help="Run the job again without faults and compare the final parameters.")] = True,
+    hosts: Annotated[bool, typer.Option(
+        help="Then run it across 3 local hosts (2 + 1 spare), kill one host whole, and "
+             "compare again (with --reference and --nproc-per-node 4).")] = True,
 ) -> None:
     """The main job: faults injected into a DDP job and recovered live, then a bitwise check."""
     console = Console(stderr=True, highlight=False)
@@ -126,3 +132,15 @@ def demo(
         raise typer.Exit(1)
     console.print("[bold green]bitwise identical: every fault was recovered without changing "
                   "the result[/bold green]")
+    if not hosts or nproc != 4:
+        return
+    console.rule("[bold]the same job across 3 hosts, one lost whole")
+    across = asyncio.run(demo_hosts.run(run_root=run_root, job=f"demo-{stamp}-hosts",
+                                        steps=steps, width=width, console=console))
+    console.print(f"final parameters across hosts, a host lost: sha256 {across}")
+    if across != without:
+        console.print("[bold red]MISMATCH: the job across hosts did not end where the "
+                      "uninterrupted one did[/bold red]")
+        raise typer.Exit(1)
+    console.print("[bold green]bitwise identical: the lost host's ranks went on from their "
+                  "replicas' memory on the spare host[/bold green]")

@@ -1,0 +1,225 @@
+"""Decisions across hosts, from the hosts' views: whose fault, the restore step and its donors,
+spare hosts, and who may join a job."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from typing import Any
+
+import pytest
+
+from trainguard.controller import agent_proxy, cluster_agents, service
+from trainguard.faults import process
+from trainguard.ipc import messages
+from trainguard.job import replicas
+from trainguard.proto import control_pb2 as pb
+
+
+class FakeHost:
+    """What ClusterAgents and ClusterGeneration read of a host's proxy."""
+
+    def __init__(self, *, world: int = 4, dp: int = 2, disk: list[int] | None = None) -> None:
+        self.layout = replicas.ReplicaLayout(world, dp)
+        self.disk_steps = disk or []
+        self.gone: BaseException | None = None
+        self.host = "h"
+        self.left = asyncio.Event()
+
+    async def wait_gone(self) -> BaseException:
+        await self.left.wait()
+        assert self.gone is not None
+        return self.gone
+
+    def lose(self) -> None:
+        self.gone = ConnectionError("the other end closed the stream")
+        self.left.set()
+
+
+def _worker(rank: int, held: tuple[int, ...]) -> agent_proxy.WorkerInfo:
+    return agent_proxy.WorkerInfo(rank=rank, returncode=None, stopping=False, exited_at=None,
+                                  alive=True, in_process=True, left=None, device=rank % 2,
+                                  error="", held_steps=held)
+
+
+def _agents(held: dict[int, tuple[int, ...]], **host: Any) -> cluster_agents.ClusterAgents:
+    """Two hosts of two ranks each (dp 2: ranks 0 and 2, 1 and 3 are replicas)."""
+    hosts: Any = {0: FakeHost(**host), 1: FakeHost(**host)}
+    agents = cluster_agents.ClusterAgents(hosts, nproc_per_node=2)
+    agents._current = types.SimpleNamespace(  # type: ignore[assignment]
+        workers={rank: _worker(rank, steps) for rank, steps in held.items()})
+    return agents
+
+
+def test_the_restore_step_is_the_newest_every_rank_holds_on_its_host() -> None:
+    agents = _agents({0: (12, 11), 1: (12, 11), 2: (11, 10), 3: (12, 11)})
+    assert agents._restore_plan(fresh=()) == (11, {})
+
+
+def test_a_replaced_hosts_ranks_get_their_state_from_replicas_on_the_other_host() -> None:
+    agents = _agents({0: (12, 11), 1: (12, 11), 2: (), 3: ()})
+    assert agents._restore_plan(fresh=[1]) == (12, {2: 0, 3: 1})
+
+
+def test_a_step_no_replica_of_a_replaced_rank_holds_is_not_chosen() -> None:
+    agents = _agents({0: (12, 11), 1: (11, 10), 2: (), 3: ()})
+    assert agents._restore_plan(fresh=[1]) == (11, {2: 0, 3: 1})
+
+
+def test_with_nothing_in_memory_every_host_restores_the_newest_step_all_have_on_disk() -> None:
+    hosts: Any = {0: FakeHost(disk=[40, 20]), 1: FakeHost(disk=[30, 20])}
+    agents = cluster_agents.ClusterAgents(hosts, nproc_per_node=2)
+    assert agents._restore_plan(fresh=()) == (20, {})
+    hosts[1].disk_steps = []
+    assert agents._restore_plan(fresh=()) == (0, {}), "nothing in common: afresh everywhere"
+
+
+def _outcome(rank: int, kind: process.ProcessFaultKind, error: str = ""
+             ) -> process.GenerationOutcome:
+    return process.GenerationOutcome(process.OutcomeKind.FAULT, fault=process.ProcessFault(
+        rank=rank, pid=10 + rank, kind=kind, detected_at=1.0, error_excerpt=error))
+
+
+def _generation(hosts: dict[int, FakeHost]) -> tuple[cluster_agents.ClusterGeneration,
+                                                     dict[int, Any]]:
+    loop = asyncio.get_running_loop()
+    views: dict[int, Any] = {}
+    for node in hosts:
+        views[node] = types.SimpleNamespace(
+            outcome=loop.create_future(), all_stepping=loop.create_future(), started_at=1.0,
+            kept=0, plan_seconds=0.0, completed_step=None, workers={},
+            restore=agent_proxy.RestoreInfo(messages.RestoreSource.MEMORY, 5, "", "memory"))
+    proxies: Any = hosts
+    return cluster_agents.ClusterGeneration(3, views, master_port=1, hosts=proxies,
+                                            nproc_per_node=2), views
+
+
+def test_a_lost_collective_on_one_host_yields_to_the_cause_another_host_reports() -> None:
+    async def scenario() -> process.GenerationOutcome:
+        generation, views = _generation({0: FakeHost(), 1: FakeHost()})
+        views[0].outcome.set_result(_outcome(
+            0, process.ProcessFaultKind.RAISED, "Connection closed by peer [10.0.0.3]:4000"))
+        await asyncio.sleep(0.2)
+        views[1].outcome.set_result(_outcome(2, process.ProcessFaultKind.SIGNALED))
+        return await asyncio.wait_for(generation.outcome, 5)
+
+    fault = asyncio.run(scenario()).fault
+    assert fault is not None
+    assert (fault.rank, fault.kind) == (2, process.ProcessFaultKind.SIGNALED)
+
+
+def test_a_hang_on_one_host_yields_to_the_loss_of_another() -> None:
+    async def scenario() -> process.GenerationOutcome:
+        hosts = {0: FakeHost(), 1: FakeHost()}
+        generation, views = _generation(hosts)
+        views[0].outcome.set_result(_outcome(1, process.ProcessFaultKind.HUNG))
+        await asyncio.sleep(0.2)
+        hosts[1].lose()
+        return await asyncio.wait_for(generation.outcome, 5)
+
+    fault = asyncio.run(scenario()).fault
+    assert fault is not None
+    assert (fault.rank, fault.kind) == (2, process.ProcessFaultKind.HOST_LOST)
+    assert "node 1, h: the other end closed the stream" in fault.detail
+
+
+def test_success_needs_every_host_and_a_later_fault_wins() -> None:
+    async def scenario() -> process.GenerationOutcome:
+        generation, views = _generation({0: FakeHost(), 1: FakeHost()})
+        views[0].outcome.set_result(process.GenerationOutcome(process.OutcomeKind.SUCCEEDED))
+        await asyncio.sleep(0.1)
+        assert not generation.outcome.done()
+        views[1].outcome.set_result(_outcome(3, process.ProcessFaultKind.EXITED))
+        return await asyncio.wait_for(generation.outcome, 5)
+
+    assert asyncio.run(scenario()).kind is process.OutcomeKind.FAULT
+
+
+def test_every_rank_stepping_is_when_the_last_host_says_so() -> None:
+    async def scenario() -> float:
+        generation, views = _generation({0: FakeHost(), 1: FakeHost()})
+        views[1].all_stepping.set_result(7.5)
+        views[0].all_stepping.set_result(7.0)
+        return await asyncio.wait_for(generation.all_stepping, 5)
+
+    assert asyncio.run(scenario()) == 7.5
+
+
+def test_a_spare_is_taken_once_and_a_gone_one_never() -> None:
+    async def scenario() -> list[Any]:
+        pool = cluster_agents.SparePool()
+        first: Any = FakeHost()
+        second: Any = FakeHost()
+        pool.add(first)
+        pool.add(second)
+        first.lose()
+        taken = [await pool.take(1.0), await pool.take(0.1)]
+        return [taken[0] is second, taken[1]]
+
+    assert asyncio.run(scenario()) == [True, None]
+
+
+def test_a_spare_joining_during_the_wait_is_taken() -> None:
+    async def scenario() -> bool:
+        pool = cluster_agents.SparePool()
+        late: Any = FakeHost()
+        asyncio.get_running_loop().call_later(0.2, pool.add, late)
+        return await pool.take(5.0) is late
+
+    assert asyncio.run(scenario())
+
+
+def _register(host: str, node: int | None = None, **changes: Any) -> pb.Register:
+    register = pb.Register(job="j", nnodes=2, max_nodes=3, nproc_per_node=2, program="train.py",
+                           version="1", host=host, address="10.0.0.1", dp_size=0,
+                           recovery=pb.Recovery(max_restarts=2))
+    if node is not None:
+        register.node_rank = node
+    for name, value in changes.items():
+        setattr(register, name, value)
+    return register
+
+
+def test_hosts_get_the_free_nodes_then_spare_places() -> None:
+    job = service._ClusterJob(_register("a"))
+    assert [job.admit(_register(h)) for h in "abc"] == [(0, False), (1, False), (2, True)]
+    with pytest.raises(service.JoinError, match="its 2 hosts and 1 spares are all there"):
+        job.admit(_register("d"))
+
+
+def test_a_claimed_node_rank_is_refused_naming_its_holder_and_freed_when_it_goes() -> None:
+    job = service._ClusterJob(_register("a"))
+    assert job.admit(_register("a", 1)) == (1, False)
+    with pytest.raises(service.JoinError, match="host b claims node rank 1 of job j, which "
+                                                "host a holds"):
+        job.admit(_register("b", 1))
+    job.release(1)
+    assert job.admit(_register("b", 1)) == (1, False)
+
+
+def test_once_the_job_runs_every_newcomer_is_a_spare() -> None:
+    job = service._ClusterJob(_register("a"))
+    job.admit(_register("a"))
+    job.admit(_register("b"))
+    job.started = True
+    job.release(1)  # host b is lost
+    assert job.admit(_register("c", 1)) == (1, True)
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"nproc_per_node": 4}, "it has nproc_per_node 4, the job has 2"),
+    ({"program": "other.py"}, "it has program 'other.py', the job has 'train.py'"),
+    ({"version": "2"}, "it has version '2', the job has '1'"),
+    ({"recovery": pb.Recovery(max_restarts=5)}, "it has recovery.max_restarts 5, the job has 2"),
+])
+def test_a_host_that_disagrees_is_refused_with_both_values(change: dict[str, Any],
+                                                           said: str) -> None:
+    job = service._ClusterJob(_register("a"))
+    other = _register("b")
+    for name, value in change.items():
+        if isinstance(value, pb.Recovery):
+            other.recovery.CopyFrom(value)
+        else:
+            setattr(other, name, value)
+    with pytest.raises(service.JoinError, match=f"host b may not join job j: {said}"):
+        job.admit(other)
