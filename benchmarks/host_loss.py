@@ -9,8 +9,9 @@ start, ``--max-restarts 3``, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1. torchrun has 
 all three agents hold ranks (6), and after the loss it goes on with the two left (4).
 
 For each trial, once rank 0 reaches a random step, host 1 is killed (never the host serving
-torchrun's c10d store: torchrun cannot survive that). Measured from the job's own timeline
-(jobs/timeline.py) and the launchers' records:
+torchrun's c10d store: torchrun cannot survive that). With ``--fault rank``, only rank 2 (on
+host 1) gets SIGKILL instead: the single-host targets must hold across hosts too. Measured
+from the job's own timeline (jobs/timeline.py) and the launchers' records:
 
 - detected: fault -> trainguard's fault-detected event / torchrun's first log line about it;
 - recovered: fault -> every rank has begun a step in the next attempt;
@@ -19,13 +20,16 @@ torchrun's c10d store: torchrun cannot survive that). Measured from the job's ow
   one).
 
     python -m benchmarks.host_loss --trials 5
+    python -m benchmarks.host_loss --trials 5 --fault rank --tools trainguard
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import signal
 import socket
 import sys
 import tempfile
@@ -85,7 +89,8 @@ def _detected(tool: str, workdir: Path, log: Path, fault_wall: float) -> float |
     return float(found[0].data["detected_at"]) if found else None
 
 
-def trial(tool: str, *, steps: int, rng: random.Random, root: Path) -> dict[str, Any]:
+def trial(tool: str, *, fault: str, steps: int, rng: random.Random, root: Path
+          ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"{tool}-", dir=root))
     at_step = rng.randrange(40, 120)
     controller = None
@@ -110,7 +115,11 @@ def trial(tool: str, *, steps: int, rng: random.Random, root: Path) -> dict[str,
             timeout=600, process=hosts[0].process)
         starts_before = sum(1 for m in timeline.read() if m["event"] == "start")
         fault_mono, fault_wall = time.monotonic(), time.time()
-        hosts[1].stop()  # the host vanishes: SIGKILL to its launcher and every worker
+        if fault == "host":
+            hosts[1].stop()  # the host vanishes: SIGKILL to its launcher and every worker
+        else:
+            victim = next(m for m in reversed(timeline.read()) if m["rank"] == 2)
+            os.kill(victim["pid"], signal.SIGKILL)
         attempt = mark["attempt"]
         back = common.wait_until(
             "every rank stepping again",
@@ -131,7 +140,8 @@ def trial(tool: str, *, steps: int, rng: random.Random, root: Path) -> dict[str,
     finally:
         for group in (*hosts, *([controller] if controller is not None else [])):
             group.stop()
-    return {"tool": tool, "at_step": mark["step"], "detect_seconds": detect_seconds,
+    return {"tool": tool, "fault": fault, "at_step": mark["step"],
+            "detect_seconds": detect_seconds,
             "recover_seconds": back - fault_mono,
             "steps_lost": max(0, max(done, default=-1) + 1 - resumed), "resumed_at": resumed,
             "processes_restarted": restarted}
@@ -142,6 +152,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--tools", default="trainguard,torchrun")
+    parser.add_argument("--fault", choices=("host", "rank"), default="host")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -151,7 +162,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as root:
         for tool in args.tools.split(","):
             for number in range(args.trials):
-                result = trial(tool, steps=args.steps, rng=rng, root=Path(root))
+                result = trial(tool, fault=args.fault, steps=args.steps, rng=rng,
+                               root=Path(root))
                 results.append(result)
                 print(json.dumps({"trial": number, **result}), flush=True)
     keys = ("detect_seconds", "recover_seconds", "steps_lost", "processes_restarted")
@@ -161,11 +173,13 @@ def main() -> None:
         for key in ("detect_seconds", "recover_seconds", "steps_lost"):
             found = [r[key] for r in results if r["tool"] == tool]
             values[f"worst_{key}"] = None if None in found else max(found, default=None)
-    path = common.write_result("host-loss", {
+    name = "host-loss" if args.fault == "host" else "host-rank-kill"
+    path = common.write_result(name, {
         "trials": results, "medians": summary,
         "setup": "DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, 2 ranks per "
-                 "host, about 0.1 s per step; hosts are process trees on loopback; host 1 "
-                 "killed whole. trainguard: 2 hosts + 1 spare, snapshots to memory every "
+                 "host, about 0.1 s per step; hosts are process trees on loopback; "
+                 f"{'host 1 killed whole' if args.fault == 'host' else 'rank 2 killed'}. "
+                 "trainguard: 2 hosts + 1 spare, snapshots to memory every "
                  "step, Session.run; torchrun: 3 hosts in the job (c10d, --nnodes 2:3), "
                  "torch.save every 25 steps, 6 ranks then 4"})
     print(json.dumps(summary, indent=1))

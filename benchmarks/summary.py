@@ -90,6 +90,62 @@ def _recovery(lines: list[str]) -> None:
         ]
 
 
+def _host_loss(lines: list[str]) -> None:
+    lost = _load("host-loss")
+    if lost is not None:
+        medians = lost["medians"]
+        ours, theirs = medians.get("trainguard", {}), medians.get("torchrun", {})
+        lines += [
+            f"## A host lost whole (SIGKILL to its launcher and workers), {lost['when']}", "",
+            lost["setup"] + ".", "",
+            f"`{_command(lost)}` ({len(lost['trials'])} trials in all; medians, worst in "
+            "brackets)", "",
+            "| launcher | fault -> detected | fault -> every rank stepping again | steps lost "
+            "| processes restarted |",
+            "|---|---|---|---|---|",
+        ]
+        for tool, values in medians.items():
+            lines.append(
+                f"| {tool} | {_seconds(values['detect_seconds'])} "
+                f"({_seconds(values.get('worst_detect_seconds'))}) | "
+                f"{_seconds(values['recover_seconds'])} "
+                f"({_seconds(values.get('worst_recover_seconds'))}) | {values['steps_lost']} "
+                f"({values.get('worst_steps_lost')}) | {values['processes_restarted']} |")
+        ratio = None
+        if ours.get("recover_seconds") and theirs.get("recover_seconds"):
+            ratio = theirs["recover_seconds"] / ours["recover_seconds"]
+        worst_detect = ours.get("worst_detect_seconds")
+        worst_recover = ours.get("worst_recover_seconds")
+        lines += [
+            "",
+            "- detected within 2 s in every trial: "
+            f"{_verdict(None if worst_detect is None else worst_detect <= 2)}",
+            "- every rank stepping within 3 s in every trial: "
+            f"{_verdict(None if worst_recover is None else worst_recover <= 3)}",
+            f"- 0 completed steps lost in every trial: "
+            f"{_verdict(ours.get('worst_steps_lost') == 0 if ours else None)}",
+            f"- at least 5x faster than torchrun: {_verdict(None if ratio is None else ratio >= 5)}"
+            + (f" ({ratio:.0f}x)" if ratio is not None else ""),
+            "",
+        ]
+    killed = _load("host-rank-kill")
+    if killed is not None:
+        values = killed["medians"].get("trainguard", {})
+        lines += [
+            f"## A rank killed (kill -9) in a job across 2 hosts, {killed['when']}", "",
+            f"`{_command(killed)}` ({len(killed['trials'])} trials): fault -> every rank "
+            f"stepping again {_seconds(values.get('recover_seconds'))} (worst "
+            f"{_seconds(values.get('worst_recover_seconds'))}), detected "
+            f"{_seconds(values.get('detect_seconds'))}, steps lost "
+            f"{values.get('worst_steps_lost')} at worst.", "",
+            "- the single-host targets (0.5 s, 0 lost) across hosts: "
+            + _verdict(None if values.get("worst_recover_seconds") is None else
+                       values["worst_recover_seconds"] <= 0.5
+                       and values.get("worst_steps_lost") == 0),
+            "",
+        ]
+
+
 def _kill_goodput(lines: list[str]) -> None:
     result = _load("kill-goodput")
     if result is None:
@@ -286,6 +342,7 @@ def main() -> None:
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
              "section names the command that produced it. Machine: 2 cores, no GPU.", ""]
     _recovery(lines)
+    _host_loss(lines)
     _kill_goodput(lines)
     _stall(lines)
     _fault_engine(lines)

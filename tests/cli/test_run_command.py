@@ -318,3 +318,26 @@ def test_snapshot_every_takes_auto_or_steps_from_flag_environment_or_file(
     monkeypatch.setenv("TRAINGUARD_SNAPSHOT_EVERY", "25")
     assert parse(["--config", str(config), str(script)]).agent.snapshot_interval == 25
     assert parse(["--snapshot-every", "4", str(script)]).agent.snapshot_interval == 4
+
+
+def test_torchruns_multi_node_command_line_joins_a_controller(script: Path) -> None:
+    settings = parse(["--nnodes", "2:3", "--nproc-per-node", "2", "--rdzv-endpoint",
+                      "ctrl:29400", "--rdzv-id", "job7", "--node-rank", "1", "--rdzv-conf",
+                      "join_timeout=5,controller_wait=7", str(script)])
+    cluster = settings.cluster
+    assert cluster is not None
+    assert (cluster.endpoint, cluster.nnodes, cluster.max_nodes, cluster.node_rank) == (
+        "ctrl:29400", 2, 3, 1)
+    assert (cluster.join_timeout, cluster.controller_wait) == (5.0, 7.0)
+    assert (settings.agent.nnodes, settings.agent.world_size) == (2, 4)
+
+
+def test_with_the_c10d_backend_the_controller_assigns_the_node_rank(script: Path) -> None:
+    settings = parse(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "ctrl:1",
+                      "--rdzv-id", "j", str(script)])
+    assert settings.cluster is not None
+    assert settings.cluster.node_rank is None
+
+
+def test_one_node_has_no_controller(script: Path) -> None:
+    assert parse([str(script)]).cluster is None
