@@ -16,6 +16,8 @@ from trainguard.cli import main, runs
 from trainguard.faults import process
 from trainguard.job import events
 from trainguard.launcher import STORE_NAME
+from trainguard.proto import control_pb2 as pb
+from trainguard.proto import grpc_channel
 from trainguard.store import recorder, sqlite
 from trainguard.telemetry import live
 
@@ -140,3 +142,24 @@ def test_watch_draws_once_and_returns_for_a_run_that_is_not_running(tmp_path: Pa
     assert result.exit_code == 0, result.output
     assert f"run job (not running, given with --run-dir): {directory}" in result.output
     assert "no live status recorded for this run" in result.output
+
+
+def test_a_controllers_jobs_are_shown_host_by_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    answer = pb.ClusterStatus(version=1)
+    job = answer.jobs.add(job="job7", state="running", nnodes=2, nproc_per_node=2, generation=1)
+    job.hosts.add(place=0, host="host0", state="holding ranks", ranks=[0, 1])
+    job.hosts.add(place=1, host="host2", state="holding ranks", ranks=[2, 3])
+    job.hosts.add(place=2, host="host2-old", state="lost", ranks=[])
+
+    async def ask(address: str, *, timeout: float) -> pb.ClusterStatus:
+        assert address == "ctrl:29400"
+        return answer
+
+    monkeypatch.setattr(grpc_channel, "cluster_status", ask)
+    result = CliRunner().invoke(main.app, ["status", "--controller", "ctrl:29400"],
+                                terminal_width=120)
+    assert result.exit_code == 0, result.output
+    assert "job job7: running, generation 1, 2 hosts of 2 ranks" in result.output
+    rows = [line.split() for line in result.output.splitlines() if "host" in line]
+    assert ["1", "host2", "holding", "ranks", "2,", "3"] in rows
+    assert ["2", "host2-old", "lost", "-"] in rows

@@ -4,9 +4,13 @@ identical to a run without faults. Without a spare: a clear failure after the st
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +50,15 @@ def _started(cluster: Cluster, tmp_path: Path, *, prefixes: tuple[tuple[str, ...
             for node, prefix in enumerate(prefixes)]
 
 
+def _status(endpoint: str) -> dict[str, Any]:
+    """``trainguard status --controller`` as an operator runs it."""
+    done = subprocess.run([sys.executable, "-m", "trainguard", "status", "--controller",
+                           endpoint, "--json"], capture_output=True, text=True, timeout=60,
+                          check=True)
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
 def _training(host: Job) -> None:
     host.wait_for("step 100", lambda: "step 100 " in host.output(), timeout=120)
 
@@ -56,6 +69,10 @@ def test_a_host_killed_whole_moves_its_ranks_to_the_spare(
     controller = cluster.start_controller()
     hosts = _started(cluster, tmp_path)
     _training(hosts[0])  # rank 0 prints the steps
+    job, = _status(controller.endpoint)["jobs"]
+    assert (job["job"], job["state"], job["generation"]) == ("job", "running", 0)
+    assert [(h["place"], h["state"], h["ranks"]) for h in job["hosts"]] == [
+        (0, "holding ranks", [0, 1]), (1, "holding ranks", [2, 3]), (2, "spare", [])]
     hosts[lost].kill()  # SIGKILL to the agent and every worker: the host is gone
     kept = hosts[1 - lost]
     assert [kept.wait(), hosts[2].wait()] == [0, 0], kept.output() + hosts[2].output()

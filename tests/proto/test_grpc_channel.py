@@ -8,13 +8,16 @@ import contextlib
 import socket
 from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 
 from tests.controller.agent_fakes import FakeAgent
 from trainguard.agent import controller_link
 from trainguard.controller import agent_proxy
 from trainguard.faults import process
-from trainguard.proto import grpc_channel
+from trainguard.proto import control_pb2 as pb
+from trainguard.proto import grpc_channel, versioned
 
 
 def test_the_controller_drives_an_agent_across_a_grpc_stream() -> None:
@@ -122,3 +125,33 @@ def test_a_controller_that_accepts_but_never_answers_is_given_up_after_the_timeo
     # A socket that accepts connections (the kernel's backlog) and never speaks HTTP/2.
     with socket.create_server(("127.0.0.1", 0)) as silent:
         asyncio.run(scenario(silent.getsockname()[1]))
+
+
+def test_the_status_question_gets_the_controllers_answer_and_another_version_is_refused(
+        ) -> None:
+    async def scenario() -> tuple[pb.ClusterStatus, str]:
+        def status() -> pb.ClusterStatus:
+            answer = pb.ClusterStatus()
+            job = answer.jobs.add(job="j", state="running", nnodes=2, nproc_per_node=2)
+            job.hosts.add(place=2, host="h2", state="spare")
+            return answer
+
+        server = grpc_channel.ControlServer(lambda *_: asyncio.sleep(0), on_status=status)
+        port = await server.start("127.0.0.1:0")
+        try:
+            got = await grpc_channel.cluster_status(f"127.0.0.1:{port}", timeout=10)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                ask = channel.unary_unary("/trainguard.control.v1.Control/Status",
+                                          request_serializer=pb.StatusRequest.SerializeToString,
+                                          response_deserializer=pb.ClusterStatus.FromString)
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await ask(pb.StatusRequest(version=99), timeout=10)
+            return got, f"{refused.value.code().name}: {refused.value.details()}"
+        finally:
+            await server.stop()
+
+    got, refusal = asyncio.run(scenario())
+    assert got.version == versioned.PROTOCOL_VERSION
+    assert [(h.place, h.host, h.state) for h in got.jobs[0].hosts] == [(2, "h2", "spare")]
+    assert refusal == ("FAILED_PRECONDITION: protocol version 99, this controller speaks "
+                       f"{versioned.PROTOCOL_VERSION}")

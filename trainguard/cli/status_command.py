@@ -8,6 +8,7 @@ Ctrl-C.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import json
@@ -15,6 +16,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from google.protobuf import json_format
 from rich import box
 from rich.console import Console, Group
 from rich.live import Live
@@ -24,6 +26,7 @@ from rich.text import Text
 from trainguard.cli import runs
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.launcher import STORE_NAME
+from trainguard.proto import grpc_channel
 from trainguard.store import api, sqlite
 from trainguard.telemetry import live
 
@@ -139,11 +142,18 @@ def status(
         "Redraw in place every --interval until the job ends or Ctrl-C."))] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between redraws with "
                                             "--watch.")] = 1.0,
+    controller: Annotated[str | None, typer.Option(
+        help="HOST:PORT of a trainguard controller: its jobs across hosts, each host's ranks "
+             "and state (holding ranks, spare, lost), and the generation.")] = None,
 ) -> None:
     """Show a job's ranks (step, steps/s, heartbeat, snapshot, pid) and its tally.
 
-    Without --run-dir: the newest running run under --run-root, else the newest run.
+    Without --run-dir: the newest running run under --run-root, else the newest run. With
+    --controller: the jobs across hosts that controller runs.
     """
+    if controller is not None:
+        _cluster_status(controller, as_json=as_json)
+        return
     choice = runs.choose(run_dir, run_root)
     try:
         if as_json:
@@ -159,6 +169,32 @@ def status(
     except api.StoreError as error:
         typer.echo(f"trainguard: {error}", err=True)
         raise typer.Exit(1) from error
+
+
+def _cluster_status(address: str, *, as_json: bool) -> None:
+    try:
+        status = asyncio.run(grpc_channel.cluster_status(address, timeout=10.0))
+    except ConnectionError as error:
+        typer.echo(f"trainguard: {error}", err=True)
+        raise typer.Exit(1) from error
+    if as_json:
+        typer.echo(json.dumps(json_format.MessageToDict(
+            status, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)))
+        return
+    console = Console(highlight=False)
+    if not status.jobs:
+        console.print(f"controller {address}: no jobs")
+    for job in status.jobs:
+        generation = job.generation if job.HasField("generation") else "-"
+        console.print(Text(f"job {job.job}: {job.state}, generation {generation}, "
+                           f"{job.nnodes} hosts of {job.nproc_per_node} ranks"), soft_wrap=True)
+        table = Table(box=box.SIMPLE_HEAD)
+        for column in ("node", "host", "state", "ranks"):
+            table.add_column(column)
+        for host in job.hosts:
+            ranks = ", ".join(str(rank) for rank in host.ranks) or "-"
+            table.add_row(str(host.place), Text(host.host), host.state, ranks)
+        console.print(table)
 
 
 def _watch(choice: runs.RunChoice, console: Console, interval: float) -> None:

@@ -183,6 +183,15 @@ class ClusterAgents:
         return sum(proxy.spares_left for proxy in self._connected().values())
 
     @property
+    def hosts(self) -> Mapping[int, agent_proxy.AgentProxy]:
+        """The host of each node now (a spare that took a lost host's node in its place)."""
+        return dict(self._hosts)
+
+    @property
+    def generation(self) -> int | None:
+        return self._current.number if self._current is not None else None
+
+    @property
     def layout(self) -> replicas.ReplicaLayout:
         return next(iter(self._hosts.values())).layout
 

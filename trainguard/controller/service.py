@@ -98,6 +98,7 @@ class _ClusterJob:
         self.first = first
         self.hosts: dict[int, agent_proxy.AgentProxy] = {}
         self.spares = cluster_agents.SparePool()
+        self.agents: cluster_agents.ClusterAgents | None = None  # once it runs
         self.claimed: dict[int, str] = {}  # place -> the host connected there
         self.started = False
         self.ended = asyncio.Event()
@@ -177,10 +178,29 @@ class ControllerService:
         self._on_event = on_event
         self._jobs: dict[str, _ClusterJob] = {}
         self._runs: set[asyncio.Task[None]] = set()
-        self._server = grpc_channel.ControlServer(self._agent_joined,
+        self._server = grpc_channel.ControlServer(self._agent_joined, on_status=self.status,
                                                   lease=settings.host_lease)
         self.results: dict[str, job_controller.JobResult] = {}
         """The last result of each job run here, by job id."""
+
+    def status(self) -> pb.ClusterStatus:
+        """Every job known here: its hosts (holding ranks, lost, spare) and its generation."""
+        status = pb.ClusterStatus()
+        for name, job in sorted(self._jobs.items()):
+            first = job.first
+            entry = status.jobs.add(job=name, state="running" if job.started else "joining",
+                                    nnodes=first.nnodes, nproc_per_node=first.nproc_per_node)
+            hosts = job.agents.hosts if job.agents is not None else job.hosts
+            if job.agents is not None and job.agents.generation is not None:
+                entry.generation = job.agents.generation
+            nproc = first.nproc_per_node
+            for node, proxy in sorted(hosts.items()):
+                entry.hosts.add(place=node, host=proxy.host,
+                                state="lost" if proxy.gone is not None else "holding ranks",
+                                ranks=range(node * nproc, (node + 1) * nproc))
+            for proxy in job.spares.waiting():
+                entry.hosts.add(place=proxy.node_rank, host=proxy.host, state="spare")
+        return status
 
     async def start(self, listen: str) -> int:
         """Listen on ``HOST:PORT``; returns the port.
@@ -264,7 +284,7 @@ class ControllerService:
         events_recorder = recorder.EventRecorder(store, self._clock)
         if self._on_event is not None:
             events_recorder.subscribe(self._on_event)
-        agents = cluster_agents.ClusterAgents(
+        agents = job.agents = cluster_agents.ClusterAgents(
             job.hosts, nproc_per_node=first.nproc_per_node, spares=job.spares,
             host_wait=self.settings.host_wait)
         try:

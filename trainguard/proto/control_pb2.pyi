@@ -437,3 +437,45 @@ class Fault(_message.Message):
     device: str
     level: str
     def __init__(self, rank: _Optional[int] = ..., pid: _Optional[int] = ..., kind: _Optional[str] = ..., detected_at: _Optional[float] = ..., returncode: _Optional[int] = ..., last_step: _Optional[int] = ..., occurred_at: _Optional[float] = ..., injected: _Optional[str] = ..., detail: _Optional[str] = ..., error_excerpt: _Optional[str] = ..., code: _Optional[str] = ..., alive: _Optional[bool] = ..., device: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class ClusterStatus(_message.Message):
+    __slots__ = ("version", "jobs")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
+    def __init__(self, version: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("job", "state", "nnodes", "nproc_per_node", "generation", "hosts")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    NNODES_FIELD_NUMBER: _ClassVar[int]
+    NPROC_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    state: str
+    nnodes: int
+    nproc_per_node: int
+    generation: int
+    hosts: _containers.RepeatedCompositeFieldContainer[HostStatus]
+    def __init__(self, job: _Optional[str] = ..., state: _Optional[str] = ..., nnodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., generation: _Optional[int] = ..., hosts: _Optional[_Iterable[_Union[HostStatus, _Mapping]]] = ...) -> None: ...
+
+class HostStatus(_message.Message):
+    __slots__ = ("place", "host", "state", "ranks")
+    PLACE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    place: int
+    host: str
+    state: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, place: _Optional[int] = ..., host: _Optional[str] = ..., state: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ...) -> None: ...

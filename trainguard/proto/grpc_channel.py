@@ -19,8 +19,9 @@ import grpc.aio
 
 from trainguard.proto import channel as channels
 from trainguard.proto import control_pb2 as pb
+from trainguard.proto import versioned
 
-__all__ = ["AGENT_LEASE", "AgentConnection", "ControlServer", "connect"]
+__all__ = ["AGENT_LEASE", "AgentConnection", "ControlServer", "cluster_status", "connect"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,10 +85,13 @@ class ControlServer:
     which ends when it returns."""
 
     def __init__(self, on_agent: Callable[[_StreamEnd, str], Awaitable[None]], *,
+                 on_status: Callable[[], pb.ClusterStatus] | None = None,
                  lease: float = AGENT_LEASE) -> None:
         """``lease``: seconds an agent's connection may stay silent before its stream ends
-        (it is pinged every half of it; a ping unanswered within half of it ends it)."""
+        (it is pinged every half of it; a ping unanswered within half of it ends it);
+        ``on_status``: what ``Control.Status`` answers."""
         self._on_agent = on_agent
+        self._on_status = on_status
         self._server = grpc.aio.server(options=[
             *_keepalive(lease),
             # Agents ping too (connect); refusing their pings would end their streams.
@@ -95,7 +99,10 @@ class ControlServer:
         ])
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             _SERVICE.full_name,
-            {"Connect": grpc.stream_stream_rpc_method_handler(self._connect)}),))
+            {"Connect": grpc.stream_stream_rpc_method_handler(self._connect),
+             "Status": grpc.unary_unary_rpc_method_handler(
+                 self._status, request_deserializer=pb.StatusRequest.FromString,
+                 response_serializer=pb.ClusterStatus.SerializeToString)}),))
         self.port = 0
 
     async def _connect(self, requests: object,
@@ -108,6 +115,17 @@ class ControlServer:
             # Let the last messages out before the stream ends with the handler.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(end.writer, 5.0)
+
+    async def _status(self, request: pb.StatusRequest,
+                      context: grpc.aio.ServicerContext[pb.StatusRequest, pb.ClusterStatus]
+                      ) -> pb.ClusterStatus:
+        if request.version != versioned.PROTOCOL_VERSION:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"protocol version {request.version}, this controller speaks "
+                                f"{versioned.PROTOCOL_VERSION}")
+        status = self._on_status() if self._on_status is not None else pb.ClusterStatus()
+        status.version = versioned.PROTOCOL_VERSION
+        return status
 
     async def start(self, listen: str) -> int:
         """Listen on ``HOST:PORT`` (port 0: a free one); returns the port.
@@ -153,6 +171,26 @@ async def _ready(channel: grpc.aio.Channel) -> None:
             raise ConnectionError("refused the connection, or there is no route to it")
         await channel.wait_for_state_change(state)
         state = channel.get_state(try_to_connect=True)
+
+
+async def cluster_status(address: str, *, timeout: float) -> pb.ClusterStatus:
+    """The controller's view of its jobs (``Control.Status``).
+
+    Raises:
+        ConnectionError: it could not be reached or asked within ``timeout`` seconds, or
+            refused the question (the message says why).
+    """
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = channel.unary_unary(f"/{_SERVICE.full_name}/Status",
+                                   request_serializer=pb.StatusRequest.SerializeToString,
+                                   response_deserializer=pb.ClusterStatus.FromString)
+        try:
+            status: pb.ClusterStatus = await call(
+                pb.StatusRequest(version=versioned.PROTOCOL_VERSION), timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            raise ConnectionError(f"the controller at {address}: {error.code().name}: "
+                                  f"{error.details()}") from error
+    return status
 
 
 async def connect(address: str, *, timeout: float) -> AgentConnection:
