@@ -131,3 +131,25 @@ def test_a_host_cut_off_is_replaced_by_the_spare_and_fenced(
         assert "controller is gone" in hosts[1].output()
         network.host(1).restore()
 
+
+
+def test_the_controller_lost_mid_run_the_hosts_train_on_then_stop_saying_why(
+        cluster: Cluster, tmp_path: Path) -> None:
+    controller = cluster.start_controller()
+    common = ["--nproc-per-node", "2", "--rdzv-conf", "controller_wait=3",
+              "-m", "trainguard.demo.ddp_job", "--steps", "100000", "--width", "64"]
+    hosts = [cluster.host(node, *common) for node in (0, 1)]
+    _training(hosts[0])
+    controller.kill()
+    gone_at = time.monotonic()
+    step = hosts[0].output().count("loss")
+    hosts[0].wait_for("training to go on without the controller",
+                      lambda: hosts[0].output().count("loss") >= step + 2, timeout=60)
+    assert [host.wait(120) for host in hosts] == [1, 1]
+    assert time.monotonic() - gone_at >= 3
+    for node, host in enumerate(hosts):
+        output = host.output()
+        assert "the job's controller is gone" in output
+        assert "was gone for 3 s: stopped after a dying checkpoint" in output
+        saved = sorted((host.run_dir / "checkpoints").glob("step-*"))
+        assert saved, f"host {node} saved no dying checkpoint"
