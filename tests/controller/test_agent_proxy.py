@@ -5,6 +5,7 @@ failures that surface as the errors the controller handles."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -160,3 +161,38 @@ def test_an_agent_that_never_reports_is_named_after_the_timeout() -> None:
         await proxy.close()
 
     asyncio.run(scenario())
+
+
+def test_an_agent_on_another_clock_has_its_times_taken_onto_the_controllers() -> None:
+    """Monotonic clocks of two machines have nothing in common: each report says when the
+    agent sent it, and the controller shifts the times it carries by receipt - sent."""
+    ahead = 500.0  # the controller's clock, 500 s ahead of the agent's
+
+    async def scenario() -> tuple[float, float, float, float]:
+        agent = FakeAgent()
+        agent_end, controller_end = channel.in_process_pair()
+        link_agent: Any = agent
+        link = controller_link.ControllerLink(link_agent, agent_end, host="host-b")
+        serving = asyncio.create_task(link.serve())
+        proxy = agent_proxy.AgentProxy(controller_end, clock=lambda: time.monotonic() + ahead)
+        await proxy.connect(timeout=5)
+        view = await proxy.start_generation(0, restart_count=0)
+        generation = agent.generation
+        assert generation is not None
+        for rank in range(4):
+            generation.begun(rank, 6.0 + rank)
+        stepping = await asyncio.wait_for(view.all_stepping, 5)
+        fault = process.ProcessFault(rank=1, pid=101, kind=process.ProcessFaultKind.SIGNALED,
+                                     detected_at=20.5, returncode=-9, occurred_at=20.25)
+        generation.settle(process.GenerationOutcome(process.OutcomeKind.FAULT, fault=fault))
+        seen = (await asyncio.wait_for(view.outcome, 5)).fault
+        assert seen is not None
+        assert seen.occurred_at is not None
+        await proxy.close()
+        link.close()
+        await asyncio.gather(serving, return_exceptions=True)
+        return view.started_at, stepping, seen.detected_at, seen.occurred_at
+
+    started, stepping, detected, occurred = asyncio.run(scenario())
+    for got, agent_time in ((started, 5.0), (stepping, 9.0), (detected, 20.5), (occurred, 20.25)):
+        assert got - agent_time == pytest.approx(ahead, abs=0.5)

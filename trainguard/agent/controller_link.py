@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 
 from trainguard.agent import node_agent, rendezvous_stores, workers
 from trainguard.faults import process
@@ -148,7 +149,7 @@ class ControllerLink:
     def _report(self, generation: workers.Generation | None = None) -> pb.Report:
         self._seq += 1
         layout = self._agent.layout
-        report = pb.Report(seq=self._seq, agent=pb.AgentState(
+        report = pb.Report(seq=self._seq, sent_at=time.monotonic(), agent=pb.AgentState(
             host=self._host, world_size=layout.world_size, dp_size=layout.dp_size,
             spares_left=self._agent.spares_left, node_rank=self._agent.settings.node_rank,
             disk_steps=self._agent.disk_steps(), spare=self._agent.settings.spare))

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from trainguard.faults import process
@@ -118,9 +118,32 @@ def _place(order: pb.StartGeneration | pb.Recover, rendezvous: tuple[str, int] |
         order.restore_step = restore_step
 
 
+def _onto_clock(generation: pb.Generation, offset: float) -> None:
+    """Shift every time in ``generation`` by ``offset`` seconds (the agent's clock onto the
+    controller's)."""
+    generation.started_at += offset
+    if generation.HasField("all_stepping_at"):
+        generation.all_stepping_at += offset
+    for worker in generation.workers:
+        if worker.HasField("exited_at"):
+            worker.exited_at += offset
+        if worker.HasField("left"):
+            worker.left.time += offset
+    if generation.HasField("outcome") and generation.outcome.HasField("fault"):
+        fault = generation.outcome.fault
+        fault.detected_at += offset
+        if fault.HasField("occurred_at"):
+            fault.occurred_at += offset
+
+
 class AgentProxy:
-    def __init__(self, channel: channels.Channel) -> None:
+    def __init__(self, channel: channels.Channel, *,
+                 clock: Callable[[], float] | None = None) -> None:
+        """``clock``: this controller's monotonic clock, when the agent's is another (an agent
+        on another host): the agent's times are taken onto it. None: the same clock."""
         self._channel = channel
+        self._clock = clock
+        self._offset: float | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[pb.Ack]] = {}
         self._generations: dict[int, GenerationView] = {}
@@ -303,6 +326,7 @@ class AgentProxy:
         try:
             while True:
                 envelope = codec.unpack(await self._channel.receive())
+                self._onto_clock(envelope)
                 body = envelope.WhichOneof("body")
                 if body == "report":
                     self._apply(envelope.report)
@@ -321,6 +345,22 @@ class AgentProxy:
                     logger.error("the agent sent a %s: ignored", body)
         except (channels.ChannelClosedError, versioned.ProtocolError) as error:
             self._lost(error)
+
+    def _onto_clock(self, envelope: pb.Envelope) -> None:
+        """The report's times on this controller's clock. The offset is the smallest
+        (receipt - sent) seen: the true offset plus the quickest delivery."""
+        if self._clock is None:
+            return
+        body = envelope.WhichOneof("body")
+        if body not in ("report", "ack"):
+            return
+        report = envelope.report if body == "report" else envelope.ack.report
+        offset = self._clock() - report.sent_at
+        self._offset = offset if self._offset is None else min(self._offset, offset)
+        if report.HasField("generation"):
+            _onto_clock(report.generation, self._offset)
+        if body == "ack" and envelope.ack.HasField("generation"):
+            _onto_clock(envelope.ack.generation, self._offset)
 
     def _lost(self, error: BaseException) -> None:
         """The agent is gone (the first reason given counts): fail what waits on it."""

@@ -241,7 +241,7 @@ class ControllerService:
             return
         channel.send(versioned.serialize(pb.Envelope(registered=pb.Registered(
             placement=pb.Placement(node_rank=place, nnodes=register.nnodes, spare=spare)))))
-        proxy = agent_proxy.AgentProxy(channel)
+        proxy = agent_proxy.AgentProxy(channel, clock=self._clock.monotonic)
         try:
             try:
                 await proxy.connect(timeout=self.settings.link_timeout)
@@ -294,15 +294,20 @@ class ControllerService:
                 recorder=events_recorder, clock=self._clock)
             result = await controller.run()
             self.results[first.job] = result
-            with contextlib.suppress(agent_proxy.AgentCommandError):
-                await agents.end_job(pb.EndJob(
-                    exit_code=result.exit_code, outcome=str(result.outcome),
-                    reason=result.reason, generations=result.generations,
-                    restarts_used=result.restarts_used, resume_step=result.resume_step,
-                    wall_seconds=result.wall_seconds, errors=result.errors))
-        except Exception:
+            end = pb.EndJob(
+                exit_code=result.exit_code, outcome=str(result.outcome), reason=result.reason,
+                generations=result.generations, restarts_used=result.restarts_used,
+                resume_step=result.resume_step, wall_seconds=result.wall_seconds,
+                errors=result.errors)
+        except Exception as error:  # the hosts must hear it, not wait for a controller
             logger.exception("job %s failed in the controller", first.job)
-            raise
+            with contextlib.suppress(Exception):
+                await agents.stop_workers()
+                await agents.flush_checkpoints()
+            end = pb.EndJob(exit_code=1, outcome=str(events.JobOutcome.FAILED),
+                            reason=f"the controller failed: {type(error).__name__}: {error}")
+        try:
+            await agents.end_job(end)
         finally:
             store.close()
             self._jobs.pop(first.job, None)

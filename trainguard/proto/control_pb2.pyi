@@ -291,14 +291,16 @@ class Failure(_message.Message):
     def __init__(self, error: _Optional[str] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("seq", "agent", "generation")
+    __slots__ = ("seq", "agent", "generation", "sent_at")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     agent: AgentState
     generation: Generation
-    def __init__(self, seq: _Optional[int] = ..., agent: _Optional[_Union[AgentState, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ...) -> None: ...
+    sent_at: float
+    def __init__(self, seq: _Optional[int] = ..., agent: _Optional[_Union[AgentState, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., sent_at: _Optional[float] = ...) -> None: ...
 
 class AgentState(_message.Message):
     __slots__ = ("host", "world_size", "dp_size", "spares_left", "node_rank", "disk_steps", "spare")
