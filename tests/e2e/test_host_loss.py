@@ -153,3 +153,23 @@ def test_the_controller_lost_mid_run_the_hosts_train_on_then_stop_saying_why(
         assert "was gone for 3 s: stopped after a dying checkpoint" in output
         saved = sorted((host.run_dir / "checkpoints").glob("step-*"))
         assert saved, f"host {node} saved no dying checkpoint"
+
+
+def test_a_job_level_retry_avoids_the_host_that_failed_when_a_spare_is_ready(
+        cluster: Cluster, tmp_path: Path, clean_digest: str) -> None:
+    """H12: a failure with no hardware cause, restarted at job level (in-place strategies off),
+    runs the failed rank's node on the spare; the host that failed is let go."""
+    controller = cluster.start_controller()
+    common = ["--nproc-per-node", "2", "--max-restarts", "2", "--recover-strategy", "retry"]
+    output = ["--output", str(tmp_path / "sha")]
+    hosts = [cluster.host(0, *common, *JOB, *output, nnodes="2:3"),
+             cluster.host(1, *common, "--inject", "crash:3:120", *JOB, *output, nnodes="2:3"),
+             cluster.host(2, *common, *JOB, *output, nnodes="2:3")]
+    assert [host.wait() for host in hosts] == [0, 0, 0], "".join(h.output() for h in hosts)
+    assert (tmp_path / "sha").read_text() == clean_digest, "not bitwise identical"
+    decision, = controller.events("job", "decision")
+    assert decision["strategy"] == "exit"
+    assert "stopped: this host's ranks went to spare host" in hosts[1].output()
+    assert "this spare host takes node 1's ranks" in hosts[2].output()
+    recovery, = controller.events("job", "recovery-completed")
+    assert (recovery["restore_source"], recovery["steps_lost"]) == ("memory and peers", 0)

@@ -78,12 +78,14 @@ class RestoreChoice:
         """Where the state comes from, for people: ``memory``, ``memory and peers``, ``disk``."""
         return f"{self.source} and peers" if self.peers or self.stand_ins else str(self.source)
 
-    def read_locally(self) -> RestoreChoice:
-        """This choice with each replica on this host that stands in read by the rank itself
-        from memory, not sent over the process group: for a generation of new processes on
-        this host, which may restore before they form their process group (a plain Session
-        does). A replica on another host still sends."""
-        local = {rank: donor for rank, donor in self.peers.items() if donor in self.paths}
+    def read_locally(self, ranks: Collection[int] | None = None) -> RestoreChoice:
+        """This choice with each replica on this host that stands in for a rank of this host
+        (``ranks``; None: every rank is) read by the rank itself from memory, not sent over
+        the process group: for a generation of new processes on this host, which may restore
+        before they form their process group (a plain Session does). A replica sending to a
+        rank on another host, or from one, still sends."""
+        local = {rank: donor for rank, donor in self.peers.items()
+                 if donor in self.paths and (ranks is None or rank in ranks)}
         if not local:
             return self
         paths = self.paths | {rank: self.paths[donor] for rank, donor in local.items()}

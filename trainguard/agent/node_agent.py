@@ -187,7 +187,7 @@ class NodeAgent:
         # Every process is new and on this host: a rank whose snapshot of the newest step is
         # missing reads a replica's from memory, before any process group exists.
         restore = (await self._checkpoints.plan_restore(
-            layout=self.layout, step=restore_step, peers=peers)).read_locally()
+            layout=self.layout, step=restore_step, peers=peers)).read_locally(self.settings.ranks)
         plan_seconds = self._clock.monotonic() - planning
         if self._generation is not None and restore.source is messages.RestoreSource.MEMORY:
             redone = checkpoint_memory.redone_steps(

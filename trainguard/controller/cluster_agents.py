@@ -21,7 +21,7 @@ from typing import Any
 from trainguard.controller import agent_proxy
 from trainguard.faults import process
 from trainguard.ipc import messages
-from trainguard.job import replicas
+from trainguard.job import events, replicas
 from trainguard.proto import control_pb2 as pb
 
 __all__ = ["CONSEQUENCE_GRACE", "ClusterAgents", "ClusterGeneration", "SparePool"]
@@ -318,9 +318,44 @@ class ClusterAgents:
         logger.info("generation %d across %d hosts, store at %s:%d", number, len(views), *store)
         return self._current
 
+    async def _avoid_failed_host(self) -> list[int]:
+        """A job-level restart after a failure with no hardware cause (the original's
+        unconditional retry) runs the failed rank's node on a spare host when one is ready:
+        the failure may be the host's. Only under ``session.run``: the moved ranks' state
+        comes from replicas over the new process group. Returns the node moved, if any."""
+        current = self._current
+        if current is None or not current.outcome.done():
+            return []
+        outcome = current.outcome.result()
+        fault = outcome.fault
+        if (outcome.kind is not process.OutcomeKind.FAULT or fault is None or fault.code
+                or fault.kind is process.ProcessFaultKind.HOST_LOST
+                or not all(w.in_process for w in current.workers.values())):
+            return []
+        node = self._node_of(fault.rank)
+        spare = await self._spares.take(0.0)
+        if spare is None:
+            return []
+        try:
+            await spare.take_ranks(node)
+        except agent_proxy.AgentCommandError as error:
+            logger.warning("spare host %s is gone: %s", spare.host, error)
+            return []
+        failed = self._hosts[node]
+        logger.warning("spare host %s takes the ranks of node %d: a retry avoids host %s, "
+                       "where %s", spare.host, node, failed.host, fault.describe())
+        self._hosts[node] = spare
+        with contextlib.suppress(agent_proxy.AgentCommandError):
+            await failed.flush_checkpoints()  # what its memory held stays on its disk
+            await failed.end_job(pb.EndJob(
+                exit_code=0, outcome=str(events.JobOutcome.STOPPED),
+                reason=f"this host's ranks went to spare host {spare.host} after "
+                       f"{fault.describe()} (a retry avoids the host that failed)"))
+        return [node]
+
     async def start_generation(self, number: int, *, restart_count: int,
                                move: Collection[int] = ()) -> ClusterGeneration:
-        fresh = await self._replace_lost()
+        fresh = await self._replace_lost() + await self._avoid_failed_host()
         store = await self._store()
         step, peers = self._restore_plan(fresh)
         views = await self._each(lambda node, proxy: proxy.start_generation(
