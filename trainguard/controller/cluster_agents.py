@@ -33,6 +33,7 @@ CONSEQUENCE_GRACE = 1.0
 host's loss, to report the cause: a rank killed on one host makes its peers on every other host
 lose their collective, and those hosts cannot see why."""
 
+
 def _consequence(outcome: process.GenerationOutcome) -> bool:
     """A fault that another host's fault may explain: a lost collective, a peer gone, or a
     hang (ranks wait in their collective for a host whose link was cut: they miss their step
