@@ -7,10 +7,12 @@ import contextlib
 import json
 import os
 import platform
+import random
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -102,6 +104,28 @@ class ProcessGroup:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def run_trials(tools: Sequence[str], *, trials: int, seed: int,
+               trial: Callable[[str, random.Random, Path], dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+    """``trial(tool, rng, root)`` ``trials`` times per tool, in order, one random source for
+    all (the same seed gives every run the same positions); each result printed as it comes."""
+    rng = random.Random(seed)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as root:
+        for tool in tools:
+            for number in range(trials):
+                result = trial(tool, rng, Path(root))
+                results.append(result)
+                print(json.dumps({"trial": number, **result}), flush=True)
+    return results
+
+
+def medians_by_tool(results: Sequence[dict[str, Any]], tools: Sequence[str],
+                    keys: Sequence[str]) -> dict[str, dict[str, float | None]]:
+    return {tool: {key: median(r[key] for r in results if r["tool"] == tool) for key in keys}
+            for tool in tools}
 
 
 def median(values: Iterable[float | None]) -> float | None:

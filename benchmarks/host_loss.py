@@ -157,18 +157,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
-    rng = random.Random(args.seed)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as root:
-        for tool in args.tools.split(","):
-            for number in range(args.trials):
-                result = trial(tool, fault=args.fault, steps=args.steps, rng=rng,
-                               root=Path(root))
-                results.append(result)
-                print(json.dumps({"trial": number, **result}), flush=True)
-    keys = ("detect_seconds", "recover_seconds", "steps_lost", "processes_restarted")
-    summary = {tool: {key: common.median(r[key] for r in results if r["tool"] == tool)
-                      for key in keys} for tool in args.tools.split(",")}
+    tools = args.tools.split(",")
+    results = common.run_trials(
+        tools, trials=args.trials, seed=args.seed,
+        trial=lambda tool, rng, root: trial(tool, fault=args.fault, steps=args.steps, rng=rng,
+                                            root=root))
+    summary: dict[str, dict[str, float | None]] = common.medians_by_tool(
+        results, tools, ("detect_seconds", "recover_seconds", "steps_lost",
+                         "processes_restarted"))
     for tool, values in summary.items():  # targets hold in every trial, not the median
         for key in ("detect_seconds", "recover_seconds", "steps_lost"):
             found = [r[key] for r in results if r["tool"] == tool]

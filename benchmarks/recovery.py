@@ -185,20 +185,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
-    rng = random.Random(args.seed)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as root:
-        for tool in args.tools.split(","):
-            for number in range(args.trials):
-                result = trial(tool, args.fault, steps=args.steps, rng=rng, root=Path(root))
-                results.append(result)
-                print(json.dumps({"trial": number, **result}), flush=True)
-    summary = {
-        tool: {key: common.median(r[key] for r in results if r["tool"] == tool)
-               for key in ("detect_seconds", "recover_seconds", "steps_lost", "step_seconds",
-                           "init_group_seconds")}
-        for tool in args.tools.split(",")
-    }
+    tools = args.tools.split(",")
+    results = common.run_trials(
+        tools, trials=args.trials, seed=args.seed,
+        trial=lambda tool, rng, root: trial(tool, args.fault, steps=args.steps, rng=rng,
+                                            root=root))
+    summary = common.medians_by_tool(results, tools, (
+        "detect_seconds", "recover_seconds", "steps_lost", "step_seconds", "init_group_seconds"))
     for tool, values in summary.items():  # a hang target holds in every trial, not the median
         detects = [r["detect_seconds"] for r in results if r["tool"] == tool]
         values["worst_detect_seconds"] = None if None in detects else max(detects, default=None)

@@ -1,8 +1,16 @@
-"""The embedded default: controller, node agent and state store in one ``trainguard run`` process.
+"""``trainguard run``: one host's agent, and on one node the controller and state store too.
 
-Wiring only. The state store is SQLite in the run directory; the controller drives this host's
-agent directly instead of over the network. SIGINT/SIGTERM (torchrun's ``--signals-to-handle``)
-stop the job gracefully with a dying checkpoint; a second signal stops it at once.
+Wiring only. On one node the state store is SQLite in the run directory and the controller
+drives this host's agent through in-process queues; across hosts the agent joins the job's
+controller (:mod:`trainguard.agent.joining`) and is driven over its gRPC stream, and the job's
+end is what the controller says (``_ControllerAway``). SIGINT/SIGTERM (torchrun's
+``--signals-to-handle``) stop the job gracefully with a dying checkpoint; a second signal stops
+it at once.
+
+Why one module past 500 lines: both ways of being driven share everything else here (the
+directories, the store, the snapshot memory, the agent, its background tasks, the summary) and
+differ only in the ``_Driver``; the two drivers are each a few dozen lines, and the one away
+needs the agent this module builds.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ from types import TracebackType
 from typing import IO, Any, Self
 
 import psutil
-import pytest
+
+from tests.e2e import jobs
 
 __all__ = ["Host", "HostNetwork", "NetnsError", "netns_unavailable", "require_netns"]
 
@@ -379,17 +380,14 @@ def netns_unavailable() -> str | None:
 
 
 def require_netns(*, hostnames: bool = False) -> None:
-    """Skip the calling test unless ``netns_unavailable`` says the machine can run it; under CI
-    (``CI`` set) fail instead, as ``tests.e2e.jobs.unavailable`` does, so that a test that
-    stopped running cannot pass unseen. With ``hostnames``, also require ``unshare`` and
-    ``hostname``."""
+    """Skip the calling test unless ``netns_unavailable`` says the machine can run it, through
+    ``tests.e2e.jobs.unavailable``: under CI (``CI`` set, root) it fails instead, so that a
+    test that stopped running cannot pass unseen. With ``hostnames``, also require ``unshare``
+    and ``hostname``."""
     reason = netns_unavailable()
     if reason is None and hostnames:
         missing = [tool for tool in ("unshare", "hostname", "sh") if shutil.which(tool) is None]
         if missing:
             reason = f"no {', '.join(missing)} on PATH for hostnames"
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run this test, but network namespaces are unavailable: {reason}")
-    pytest.skip(f"network namespaces unavailable: {reason}")
+    if reason is not None:
+        jobs.unavailable(f"cannot make network namespaces: {reason}")

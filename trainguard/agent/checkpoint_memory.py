@@ -10,6 +10,12 @@ disk that verifies, and says why each newer candidate was skipped.
 A checkpoint directory that fills up or turns read-only does not stop training: the failure is
 warned about once, with the free space, until a write succeeds again, and :meth:`lag` tells the
 end of the run how far the disk is behind memory.
+
+Why one module past 500 lines: persisting, restore planning and the inventory reported to the
+controller (``held_steps``, ``disk_steps``) all read the same slots and the same record of what
+is on disk (``_persisted_step``), and each changes what the others see (a restore plan rolls
+the record back; a persist moves it on). The value a plan produces (:class:`RestoreChoice`,
+with :func:`redone_steps`) is what would move out next if it grows.
 """
 
 from __future__ import annotations
@@ -171,6 +177,7 @@ class CheckpointMemory:
         self._task: asyncio.Task[None] | None = None
         self._busy = asyncio.Lock()
         self._failing: str | None = None  # the error of the writes failing since the last success
+        self._disk_steps: tuple[tuple[int, tuple[int, ...]], list[int]] | None = None
 
     # --- what workers ask for ----------------------------------------------------------------
 
@@ -250,13 +257,18 @@ class CheckpointMemory:
 
     def disk_steps(self) -> list[int]:
         """The steps on disk whose manifest holds every rank of this host, newest first (their
-        shards are verified only when one is restored)."""
-        found = []
-        for step, path in self.directory.step_dirs():
-            with contextlib.suppress(checkpoint_layout.CheckpointError):
-                self.directory.holding(path, world_size=self._world_size, ranks=self._ranks)
-                found.append(step)
-        return found
+        shards are verified only when one is restored). Every report to the controller carries
+        them: read from the manifests again only after a write or a restore plan changed
+        them."""
+        key = (self._persisted_step, tuple(self._ranks))
+        if self._disk_steps is None or self._disk_steps[0] != key:
+            found = []
+            for step, path in self.directory.step_dirs():
+                with contextlib.suppress(checkpoint_layout.CheckpointError):
+                    self.directory.holding(path, world_size=self._world_size, ranks=self._ranks)
+                    found.append(step)
+            self._disk_steps = (key, found)
+        return list(self._disk_steps[1])
 
     def newest_complete(self) -> tuple[int, list[snapshot_slots.SlotState]] | None:
         complete = self.complete_steps()

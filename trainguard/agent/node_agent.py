@@ -13,9 +13,11 @@ controller's commands and from the workers' messages alike, on one event loop. W
 decided or done elsewhere already is (attribution, the launcher, the watchdog, fault injection,
 checkpoint memory, the rendezvous stores); splitting the commands from the message handling would
 hand that mutable generation across modules and make each side's invariants the other's. The
-controller reaches it only through :mod:`.controller_link` (commands with ids, reports); what
-shrinks it next is decisions that span ranks moving out to the controller, as the graceful
-stop's step and the snapshot grace's step already have.
+controller reaches it only through :mod:`.controller_link` (commands with ids, reports). Across
+hosts it grew by the commands a host needs (serve a store, leave, take a lost host's ranks) and
+took restore steps and donors from the controller instead of choosing them; what shrinks it next
+is the workers' message handling (``worker_message`` and its replies) moving to a handler of its
+own once the workers' link speaks protobuf.
 """
 
 from __future__ import annotations

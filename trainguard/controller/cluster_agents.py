@@ -207,6 +207,21 @@ class ClusterAgents:
         """Nodes whose host is gone."""
         return [node for node, proxy in self._hosts.items() if proxy.gone is not None]
 
+    async def _give_to_spare(self, node: int, *, wait: float, why: object
+                             ) -> agent_proxy.AgentProxy | None:
+        """The first spare ready within ``wait`` seconds takes node ``node``'s ranks; returns
+        the host it replaced (None: no spare came)."""
+        while (spare := await self._spares.take(wait)) is not None:
+            try:
+                await spare.take_ranks(node)
+            except agent_proxy.AgentCommandError as error:
+                logger.warning("spare host %s is gone: %s", spare.host, error)
+                continue
+            logger.warning("spare host %s takes the ranks of node %d: %s", spare.host, node, why)
+            replaced, self._hosts[node] = self._hosts[node], spare
+            return replaced
+        return None
+
     async def _replace_lost(self) -> list[int]:
         """Give each lost host's ranks to a spare host; returns the nodes replaced.
 
@@ -216,21 +231,10 @@ class ClusterAgents:
         replaced = []
         for node in self._lost():
             why = self._hosts[node].gone
-            while True:
-                spare = await self._spares.take(self._host_wait)
-                if spare is None:
-                    raise process.RecoveryError(
-                        f"host {node} is lost ({why}) and no spare host joined within "
-                        f"{self._host_wait:g} s (--nnodes MIN:MAX adds spares)")
-                try:
-                    await spare.take_ranks(node)
-                except agent_proxy.AgentCommandError as error:
-                    logger.warning("spare host %s is gone: %s", spare.host, error)
-                    continue
-                break
-            logger.warning("spare host %s takes the ranks of node %d (%s)", spare.host, node,
-                           why)
-            self._hosts[node] = spare
+            if await self._give_to_spare(node, wait=self._host_wait, why=why) is None:
+                raise process.RecoveryError(
+                    f"host {node} is lost ({why}) and no spare host joined within "
+                    f"{self._host_wait:g} s (--nnodes MIN:MAX adds spares)")
             replaced.append(node)
         return replaced
 
@@ -266,34 +270,27 @@ class ClusterAgents:
         on_disk = set.intersection(*(set(proxy.disk_steps) for proxy in self._hosts.values()))
         return max(on_disk, default=0), {}
 
-    async def _each(self, call: Any, hosts: Mapping[int, agent_proxy.AgentProxy] | None = None
-                    ) -> dict[int, Any]:
+    async def _each(self, call: Any, hosts: Mapping[int, agent_proxy.AgentProxy] | None = None,
+                    *, leave_out_lost: bool = False) -> dict[int, Any]:
         """``call(node, proxy)`` on every host at once (``hosts``: on those); results by node.
+        ``leave_out_lost``: only the hosts still connected, and one lost meanwhile is left out
+        (the generation's end reports its loss).
 
         Raises:
-            process.RecoveryError: a host was lost while it carried the call out (the
-                recovery under way cannot be completed: the controller moves on).
+            process.RecoveryError: without ``leave_out_lost``, a host was lost while it
+                carried the call out (the recovery under way cannot be completed: the
+                controller moves on).
         """
-        hosts = self._hosts if hosts is None else hosts
-        results = await asyncio.gather(*(call(node, proxy) for node, proxy in hosts.items()),
-                                       return_exceptions=True)
-        for (node, proxy), result in zip(hosts.items(), results, strict=True):
-            if isinstance(result, agent_proxy.AgentCommandError) and proxy.gone is not None:
-                raise process.RecoveryError(f"host {node} ({proxy.host}) was lost: {result}")
-            if isinstance(result, BaseException):
-                raise result
-        return dict(zip(hosts, results, strict=True))
-
-    async def _each_left(self, call: Any) -> dict[int, Any]:
-        """``call`` on every host still connected; a host lost meanwhile is left out (the
-        generation's end reports its loss)."""
-        hosts = self._connected()
+        if hosts is None:
+            hosts = self._connected() if leave_out_lost else self._hosts
         results = await asyncio.gather(*(call(node, proxy) for node, proxy in hosts.items()),
                                        return_exceptions=True)
         found = {}
         for (node, proxy), result in zip(hosts.items(), results, strict=True):
             if isinstance(result, agent_proxy.AgentCommandError) and proxy.gone is not None:
-                continue
+                if leave_out_lost:
+                    continue
+                raise process.RecoveryError(f"host {node} ({proxy.host}) was lost: {result}")
             if isinstance(result, BaseException):
                 raise result
             found[node] = result
@@ -334,23 +331,15 @@ class ClusterAgents:
                 or not all(w.in_process for w in current.workers.values())):
             return []
         node = self._node_of(fault.rank)
-        spare = await self._spares.take(0.0)
-        if spare is None:
+        failed = await self._give_to_spare(
+            node, wait=0.0, why=f"a retry avoids the host where {fault.describe()}")
+        if failed is None:
             return []
-        try:
-            await spare.take_ranks(node)
-        except agent_proxy.AgentCommandError as error:
-            logger.warning("spare host %s is gone: %s", spare.host, error)
-            return []
-        failed = self._hosts[node]
-        logger.warning("spare host %s takes the ranks of node %d: a retry avoids host %s, "
-                       "where %s", spare.host, node, failed.host, fault.describe())
-        self._hosts[node] = spare
         with contextlib.suppress(agent_proxy.AgentCommandError):
             await failed.flush_checkpoints()  # what its memory held stays on its disk
             await failed.end_job(pb.EndJob(
                 exit_code=0, outcome=str(events.JobOutcome.STOPPED),
-                reason=f"this host's ranks went to spare host {spare.host} after "
+                reason=f"this host's ranks went to spare host {self._hosts[node].host} after "
                        f"{fault.describe()} (a retry avoids the host that failed)"))
         return [node]
 
@@ -389,33 +378,33 @@ class ClusterAgents:
         return await self._form(number, await self._each(form), store)
 
     async def dump(self, *, failed: Collection[int]) -> int | None:
-        steps = await self._each_left(
-            lambda node, proxy: proxy.dump(failed=self._ranks(node, failed)))
+        steps = await self._each(
+            lambda node, proxy: proxy.dump(failed=self._ranks(node, failed)), leave_out_lost=True)
         saved = list(steps.values())
         return None if any(step is None for step in saved) else min(saved)
 
     async def complete_snapshots(self, *, failed_rank: int, step: int | None,
                                  timeout: float) -> None:
-        await self._each_left(lambda node, proxy: proxy.complete_snapshots(
-            failed_rank=failed_rank, step=step, timeout=timeout))
+        await self._each(lambda node, proxy: proxy.complete_snapshots(
+            failed_rank=failed_rank, step=step, timeout=timeout), leave_out_lost=True)
 
     async def stop_workers(self) -> None:
-        await self._each_left(lambda node, proxy: proxy.stop_workers())
+        await self._each(lambda node, proxy: proxy.stop_workers(), leave_out_lost=True)
 
     async def describe(self) -> ClusterGeneration:
-        await self._each_left(lambda node, proxy: proxy.describe())
+        await self._each(lambda node, proxy: proxy.describe(), leave_out_lost=True)
         if self._current is None:
             raise agent_proxy.AgentCommandError("no generation has been started")
         return self._current
 
     async def stop_at(self, step: int | None) -> None:
-        await self._each_left(lambda node, proxy: proxy.stop_at(step))
+        await self._each(lambda node, proxy: proxy.stop_at(step), leave_out_lost=True)
 
     async def settle(self, *, timeout: float) -> None:
-        await self._each_left(lambda node, proxy: proxy.settle(timeout=timeout))
+        await self._each(lambda node, proxy: proxy.settle(timeout=timeout), leave_out_lost=True)
 
     async def flush_checkpoints(self) -> None:
-        await self._each_left(lambda node, proxy: proxy.flush_checkpoints())
+        await self._each(lambda node, proxy: proxy.flush_checkpoints(), leave_out_lost=True)
 
     async def end_job(self, end: pb.EndJob) -> None:
         """Tell every host still connected, spares too, that the job is over."""

@@ -216,6 +216,7 @@ class JobController:
         after ``after`` failed), falling down the chain when a strategy cannot be carried out;
         returns the next generation, or the workers' errors when the job fails."""
         first, spent = new, not new
+        failed_because = ""
         if new:
             if policy.may_be_crash_loop(self.settings, self._context(generation, fault)):
                 await self._agent.settle(timeout=self.settings.crash_loop_settle)
@@ -234,7 +235,8 @@ class JobController:
         others = [self._grade(generation, other) for other in self._others(generation, fault)]
         while True:
             context = self._context(generation, fault, others=others, spent=spent)
-            decision = policy.decide(self.settings, context, after=after)
+            decision = policy.decide(self.settings, context, after=after,
+                                     failed_because=failed_because)
             decided_at = self._clock.monotonic()
             if not spent and decision.strategy is not policy.Strategy.FAIL:
                 self._restarts_used += 1
@@ -262,10 +264,8 @@ class JobController:
                         number, restart_count=self._restarts_used, replace=replace,
                         to_spares=strategy is policy.Strategy.RECOVER)
                 except process.RecoveryError as error:
-                    self._record(events.RecoveryFailed(
-                        job=self._job, generation=generation.number, fault_rank=fault.rank,
-                        strategy=str(strategy), reason=str(error),
-                        seconds=self._clock.monotonic() - decided_at))
+                    failed_because = self._recovery_failed(generation, fault, strategy, error,
+                                                           decided_at)
                     after = strategy
                     continue
             elif strategy is policy.Strategy.DUMP:
@@ -280,21 +280,22 @@ class JobController:
                     formed = await self._agent.start_generation(
                         number, restart_count=self._restarts_used, move=context.isolated)
                 except process.RecoveryError as error:  # a host lost, and none to replace it
-                    self._record(events.RecoveryFailed(
-                        job=self._job, generation=generation.number, fault_rank=fault.rank,
-                        strategy=str(strategy), reason=str(error),
-                        seconds=self._clock.monotonic() - decided_at))
-                    failed_decision = policy.Decision(
-                        policy.Strategy.FAIL, f"{strategy.label} failed: {error}")
-                    self._faults[index] = dataclasses.replace(self._faults[index],
-                                                              decision=failed_decision)
-                    self._record(events.DecisionMade(
-                        job=self._job, generation=generation.number,
-                        strategy=str(policy.Strategy.FAIL), reason=failed_decision.reason,
-                        restarts_left=self.settings.max_restarts - self._restarts_used))
-                    return self._errors(generation, fault)
+                    failed_because = self._recovery_failed(generation, fault, strategy, error,
+                                                           decided_at)
+                    after = strategy
+                    continue
             self._started(formed)
             return formed, _Recovery(index, strategy, decided_at)
+
+    def _recovery_failed(self, generation: api.GenerationHandle, fault: process.ProcessFault,
+                         strategy: policy.Strategy, error: process.RecoveryError,
+                         decided_at: float) -> str:
+        """Record that ``strategy`` could not be carried out; returns why."""
+        self._record(events.RecoveryFailed(
+            job=self._job, generation=generation.number, fault_rank=fault.rank,
+            strategy=str(strategy), reason=str(error),
+            seconds=self._clock.monotonic() - decided_at))
+        return str(error)
 
     def _started(self, generation: api.GenerationHandle) -> None:
         self._record(events.GenerationStarted(

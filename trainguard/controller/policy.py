@@ -257,8 +257,9 @@ def _why_not(strategy: Strategy, context: FaultContext) -> str | None:
 
 
 def decide(settings: RecoverySettings, context: FaultContext, *,
-           after: Strategy | None = None) -> Decision:
-    """The strategy for ``context``'s fault; ``after``: the strategy that just failed for it.
+           after: Strategy | None = None, failed_because: str = "") -> Decision:
+    """The strategy for ``context``'s fault; ``after``: the strategy that just failed for it,
+    ``failed_because``: why (the reason to fail when no strategy is left after it).
 
     The crash-loop and budget checks come first; then the first enabled strategy that fits,
     after ``after`` in the chain. The reason names why each finer strategy was not used.
@@ -291,7 +292,10 @@ def decide(settings: RecoverySettings, context: FaultContext, *,
             return Decision(strategy, f"{context.fault.kind} process: {_WHAT[strategy]}"
                                       f"{_passed_over(passed)}")
         passed.setdefault(reason or "not in --recover-strategy", []).append(strategy)
-    raise AssertionError("exit always fits")  # pragma: no cover - exit has no condition
+    # Only after the last strategy: restarting the job could not be carried out (a host lost
+    # and none to take its ranks).
+    assert after is not None
+    return Decision(Strategy.FAIL, f"{after.label} failed: {failed_because or 'no reason given'}")
 
 
 def _passed_over(passed: dict[str, list[Strategy]]) -> str:
