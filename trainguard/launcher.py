@@ -213,7 +213,8 @@ async def _join(settings: RunSettings, cluster: joining.ClusterSettings
         nproc_per_node=agent.nproc_per_node,
         program=shlex.join([program.target, *program.args]), version=__version__,
         host=socket.gethostname(), address=address, dp_size=agent.dp_size or 0,
-        recovery=service.recovery_to_pb(settings.recovery))
+        recovery=service.recovery_to_pb(settings.recovery),
+        persist_interval=settings.checkpoint.persist_interval)
     if cluster.node_rank is not None:
         register.node_rank = cluster.node_rank
     try:
@@ -228,17 +229,25 @@ async def _join(settings: RunSettings, cluster: joining.ClusterSettings
                                     address=address, spare=placement.spare)
 
 
+def _checkpoint_dir(explicit: Path | None, agent: node_agent.AgentSettings) -> Path:
+    """``--checkpoint-dir`` (default: the run directory's ``checkpoints``); across hosts, the
+    node's own under the job's (``<dir>/node-<k>``, default dir ``<run root>/<job>/checkpoints``):
+    a spare that takes node k's ranks goes on in node k's, where a shared disk, or that host
+    come back, holds its checkpoints."""
+    if agent.nnodes == 1:
+        return explicit or agent.run_dir / "checkpoints"
+    root = explicit or agent.run_dir.parent / "checkpoints"
+    return checkpoint_layout.node_directory(root, agent.node_rank)
+
+
 async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
                connection: grpc_channel.AgentConnection | None,
                observer: RunObserver | None) -> RunReport:
     run_dir = agent_settings.run_dir
     run_dir.parent.mkdir(parents=True, exist_ok=True)  # the run root may be shared by users
     owner_only.make_dir(run_dir)
-    checkpoint_dir = settings.checkpoint.checkpoint_dir or run_dir / "checkpoints"
-    if settings.checkpoint.checkpoint_dir is not None and agent_settings.nnodes > 1:
-        # Each host writes its own ranks' part of every step: apart, even on a shared disk.
-        checkpoint_dir /= f"node-{agent_settings.node_rank}"
-    directory = checkpoint_layout.CheckpointDirectory(checkpoint_dir)
+    directory = checkpoint_layout.CheckpointDirectory(
+        _checkpoint_dir(settings.checkpoint.checkpoint_dir, agent_settings))
     slots = snapshot_slots.SnapshotSlots()
     clock = clocks.SystemClock()
     tally = live.JobTally(max_restarts=settings.recovery.max_restarts, clock=clock)
@@ -274,7 +283,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         settings.checkpoint, job=agent_settings.run_id, world_size=agent_settings.world_size,
         ranks=agent_settings.ranks,
         directory=directory, slots=slots, persister=persister_client.PersisterClient(env=env),
-        record=events_recorder.record, clock=clock)
+        record=events_recorder.record, clock=clock, persist_on_order=connection is not None)
 
     def note_injection(rank: int, kind: object, at_step: int | None) -> None:
         events_recorder.record(events.FaultInjectionRequested(
@@ -318,7 +327,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         events_recorder.subscribe(exporter.event)
     if observer is not None:
         events_recorder.subscribe(observer.event)
-        observer.started(run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir)
+        observer.started(run_dir=run_dir, store_path=store.path, checkpoint_dir=directory.root)
         if server is not None:
             observer.serving_metrics(url=server.url)
     main = asyncio.current_task()
@@ -364,7 +373,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
                 server.close()
             store.close()
     return RunReport(
-        result=result, run_dir=run_dir, store_path=store.path, checkpoint_dir=checkpoint_dir,
+        result=result, run_dir=run_dir, store_path=store.path, checkpoint_dir=memory.directory.root,
         step_seconds=measured.step_seconds, snapshot_seconds=measured.snapshot_seconds,
         training_seconds=measured.training_seconds, checkpoint_lag=lag,
         snapshot_every=agent.snapshot_every)

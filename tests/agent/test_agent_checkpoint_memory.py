@@ -349,6 +349,41 @@ def test_flush_persists_the_newest_complete_step(
     assert len(recorded) == 2
 
 
+def test_persist_writes_the_ordered_step_not_the_newest(
+        tmp_path: Path, slots: SnapshotSlots, writer: Callable[..., int],
+        make_state: Callable[..., dict[str, Any]]) -> None:
+    """A job across hosts: the controller orders the same step on every host."""
+    root = tmp_path / "ckpt"
+    for rank in range(2):
+        writer(slots, rank, 0, make_state(3, rank), step=3)
+        writer(slots, rank, 1, make_state(4, rank), step=4)
+    recorded: list[events.Event] = []
+
+    async def use(memory: CheckpointMemory) -> list[bool]:
+        return [await memory.persist(3), await memory.persist(3), await memory.persist(2),
+                await memory.persist(5)]
+
+    assert asyncio.run(with_memory(slots, root, recorded, use)) == [True, True, False, False]
+    assert [step for step, _ in CheckpointDirectory(root).step_dirs()] == [3]
+
+
+def test_a_spare_taking_a_node_reads_and_writes_that_nodes_directory(
+        tmp_path: Path, slots: SnapshotSlots, writer: Callable[..., int],
+        make_state: Callable[..., dict[str, Any]]) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    persist_to_disk(checkpoints / "node-1", 7, writer, make_state)
+    recorded: list[events.Event] = []
+
+    async def use(memory: CheckpointMemory) -> tuple[list[int], list[int], Path]:
+        before = memory.disk_steps()
+        memory.take([0, 1], node=1)
+        return before, memory.disk_steps(), memory.directory.root
+
+    spare_dir = checkpoints / "node-2"
+    before, after, root = asyncio.run(with_memory(slots, spare_dir, recorded, use))
+    assert (before, after, root) == ([], [7], checkpoints / "node-1")
+
+
 def test_flush_with_nothing_complete_is_a_no_op(
         tmp_path: Path, slots: SnapshotSlots, writer: Callable[..., int],
         make_state: Callable[..., dict[str, Any]]) -> None:

@@ -74,6 +74,78 @@ def test_with_nothing_in_memory_every_host_restores_the_newest_step_all_have_on_
     assert agents._restore_plan(fresh=()) == (0, {}), "nothing in common: afresh everywhere"
 
 
+def test_a_replaced_node_without_replicas_elsewhere_restores_what_every_node_has_on_disk(
+        ) -> None:
+    """dp 1: no rank has a replica; the spare that took node 1 reads node 1's directory."""
+    hosts: Any = {0: FakeHost(dp=1, disk=[40, 20]), 1: FakeHost(dp=1, disk=[40, 30])}
+    agents = cluster_agents.ClusterAgents(hosts, nproc_per_node=2)
+    agents._current = types.SimpleNamespace(  # type: ignore[assignment]
+        workers={rank: _worker(rank, (42, 41) if rank < 2 else ()) for rank in range(4)})
+    assert agents._restore_plan(fresh=[1]) == (40, {})
+    hosts[1].disk_steps = []  # the spare sees no disk of node 1's: afresh
+    assert agents._restore_plan(fresh=[1]) == (0, {})
+
+
+def test_each_worker_is_known_by_its_host() -> None:
+    async def scenario() -> list[tuple[int, str, int]]:
+        first, second = FakeHost(), FakeHost()
+        first.host, second.host = "a", "b"
+        generation, views = _generation({0: first, 1: second})
+        for node, view in views.items():
+            view.workers = {rank: _worker(rank, ()) for rank in (2 * node, 2 * node + 1)}
+        return [(rank, w.host, w.device) for rank, w in sorted(generation.workers.items())]
+
+    assert asyncio.run(scenario()) == [(0, "a", 0), (1, "a", 1), (2, "b", 0), (3, "b", 1)]
+
+
+class PersistingHost(FakeHost):
+    """A host whose workers hold ``held`` (rank -> steps) and that writes what it is told."""
+
+    def __init__(self, generation: Any, held: dict[int, tuple[int, ...]]) -> None:
+        super().__init__()
+        self.generation, self.held = generation, held
+        self.ordered: list[int] = []
+        self.durable = True
+
+    async def describe(self) -> None:  # the acknowledgement updates the generation's view
+        for rank, steps in self.held.items():
+            self.generation.workers[rank] = _worker(rank, steps)
+
+    async def persist(self, step: int) -> bool:
+        self.ordered.append(step)
+        return self.durable
+
+
+def test_every_host_is_ordered_to_persist_the_newest_step_all_ranks_hold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_agents, "PERSIST_RETRY", 0.01)
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        loop = asyncio.get_running_loop()
+        current = types.SimpleNamespace(workers={}, outcome=loop.create_future())
+        hosts: Any = {0: PersistingHost(current, {0: (9, 8), 1: (9, 8)}),
+                      1: PersistingHost(current, {2: (8, 7), 3: (9, 8)})}
+        agents = cluster_agents.ClusterAgents(hosts, nproc_per_node=2)
+        agents._current = current  # type: ignore[assignment]
+        hosts[1].durable = False  # the workers outran step 8 there: ordered again
+        ordering = asyncio.create_task(agents.order_persists(0.01))
+        while len(hosts[1].ordered) < 2:
+            await asyncio.sleep(0.01)
+        hosts[1].durable = True
+        for host in hosts.values():
+            host.held = {rank: (10, 9) for rank in host.held}
+        while 10 not in hosts[0].ordered:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # step 10 written everywhere: not ordered again
+        ordering.cancel()
+        return hosts[0].ordered, hosts[1].ordered
+
+    first, second = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert first == second
+    assert first[:2] == [8, 8], "ordered again after a host could not write it"
+    assert (first[-1], first.count(10)) == (10, 1), "a step written everywhere, once"
+
+
 def _outcome(rank: int, kind: process.ProcessFaultKind, error: str = ""
              ) -> process.GenerationOutcome:
     return process.GenerationOutcome(process.OutcomeKind.FAULT, fault=process.ProcessFault(

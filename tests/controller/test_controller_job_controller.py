@@ -46,6 +46,7 @@ class FakeWorker:
     in_process: bool = False
     left: messages.LeftGeneration | None = None
     device: int = 0
+    host: str = ""
     begun_step: int | None = None
     snapshot_step: int | None = None
 
@@ -640,6 +641,34 @@ def test_second_fault_exhausts_the_budget(store: sqlite.SqliteStore) -> None:
         assert [d["strategy"] for d in h.data("decision")] == ["exit", "fail"]
         assert result.resume_step == 21
         assert result.errors == "[root cause] rank 1: exit code 1\n    boom"
+
+    run_scenario(scenario)
+
+
+def test_unconditional_retries_have_a_budget_of_their_own(store: sqlite.SqliteStore) -> None:
+    """fault-retry-times 1 (H12): a second failure with no hardware cause fails the job though
+    restarts are left; a device fault between them does not spend it."""
+    async def scenario() -> None:
+        h = make_harness(store, policy.RecoverySettings(max_restarts=5, fault_retry_times=1))
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        first.completed_step = 10
+        first.fault(_exit_fault(0, at=150.0, pid=1))
+        second = await h.next_generation()
+        second.completed_step = 20
+        second.fault(dataclasses.replace(_exit_fault(1, at=250.0, pid=2), code="80E01801"))
+        third = await h.next_generation()
+        third.completed_step = 30
+        third.fault(_exit_fault(0, at=350.0, pid=3))
+        result = await bounded(run)
+
+        assert result.outcome is events.JobOutcome.FAILED
+        assert result.restarts_used == 2
+        assert [d["strategy"] for d in h.data("decision")] == ["exit", "exit", "fail"]
+        assert result.reason.startswith(
+            "unconditional retry budget exhausted (fault-retry-times 1: failures with no "
+            "hardware cause); last fault: rank 0 (pid 3) failed with exit code 1")
 
     run_scenario(scenario)
 

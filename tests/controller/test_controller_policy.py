@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import signal
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -46,6 +48,7 @@ def test_default_settings() -> None:
 
 @pytest.mark.parametrize(("changes", "text"), [
     ({"max_restarts": -1}, "max-restarts must be >= 0, got -1"),
+    ({"fault_retry_times": -1}, "fault-retry-times must be >= 0, got -1"),
     ({"crash_loop_window": -0.5}, "crash-loop-window must be >= 0 seconds, got -0.5"),
     ({"crash_loop_settle": -1.0}, "crash-loop-settle must be >= 0 seconds, got -1.0"),
     ({"snapshot_grace": -2.0}, "snapshot-grace must be >= 0 seconds, got -2.0"),
@@ -104,6 +107,26 @@ def test_budget_exhausted_with_no_restarts_configured() -> None:
 
     assert decision.strategy is policy.Strategy.FAIL
     assert "max-restarts 0" in decision.reason
+
+
+@pytest.mark.parametrize(("changes", "fails"), [
+    ({}, True),
+    ({"code": "80E01801"}, False),  # a device fault: handled, whatever the retries left
+    ({"kind": process.ProcessFaultKind.HOST_LOST}, False),
+])
+def test_unconditional_retries_spent_fail_only_a_fault_with_no_hardware_cause(
+        changes: dict[str, Any], fails: bool) -> None:
+    fault = dataclasses.replace(_fault(last_step=9), **changes)
+    context = dataclasses.replace(_context(fault, progressed=True), retries_left=0)
+
+    decision = policy.decide(policy.RecoverySettings(max_restarts=3, fault_retry_times=2),
+                             context)
+
+    assert (decision.strategy is policy.Strategy.FAIL) is fails
+    if fails:
+        assert decision.reason.startswith(
+            "unconditional retry budget exhausted (fault-retry-times 2: failures with no "
+            "hardware cause); last fault: rank 0")
 
 
 def test_crash_loop_fails_even_with_restarts_left() -> None:
@@ -221,6 +244,22 @@ def test_progress_with_budget_left_always_restarts(settings: policy.RecoverySett
     assert decision.strategy is policy.Strategy.EXIT
     assert decision.reason.startswith(f"{context.fault.kind} process: restart every process (")
     assert "the script does not use session.run" in decision.reason
+
+
+@given(settings=recovery_settings(),
+       context=contexts(progressed=True, restarts_left=st.integers(1, 1000)),
+       retries_left=st.none() | st.integers(-5, 5), code=st.sampled_from(["", "80E01801"]))
+def test_unconditional_retries_bound_only_failures_with_no_hardware_cause(
+        settings: policy.RecoverySettings, context: policy.FaultContext,
+        retries_left: int | None, code: str) -> None:
+    fault = dataclasses.replace(context.fault, code=code)
+    context = dataclasses.replace(context, fault=fault, retries_left=retries_left)
+
+    decision = policy.decide(settings, context)
+
+    spent = retries_left is not None and retries_left <= 0 and not fault.hardware_cause
+    assert (decision.strategy is policy.Strategy.FAIL) is spent
+    assert decision.reason.startswith("unconditional retry budget exhausted") is spent
 
 
 @given(settings=recovery_settings(),

@@ -42,16 +42,21 @@ class RecoveringAgent(FakeAgent):
     """Workers under Session.run, each on its own device (the device number outlives the
     generation); a rank moved to a spare gets the next spare device."""
 
-    def __init__(self, world_size: int, *, spares: int, dp_size: int) -> None:
+    def __init__(self, world_size: int, *, spares: int, dp_size: int,
+                 per_host: int | None = None) -> None:
+        """``per_host``: ranks on each of several hosts, each host numbering its devices from
+        0 (None: one host)."""
         super().__init__(world_size)
         self.spares_left = spares
         self.layout = replicas.ReplicaLayout(world_size, dp_size)
-        self.devices = {rank: rank for rank in range(world_size)}
+        self.devices = {rank: rank % (per_host or world_size) for rank in range(world_size)}
+        self._per_host = per_host
         self._next_spare = world_size
         self.moved: list[list[int]] = []  # the ranks each start_generation moved to spares
 
     def _workers(self) -> dict[int, FakeWorker]:
-        return {rank: FakeWorker(rank, in_process=True, device=self.devices[rank])
+        return {rank: FakeWorker(rank, in_process=True, device=self.devices[rank],
+                                 host=f"host-{rank // self._per_host}" if self._per_host else "")
                 for rank in range(self.world_size)}
 
     async def start_generation(self, number: int, *, restart_count: int,
@@ -94,10 +99,11 @@ def store(tmp_path: Path) -> Iterator[sqlite.SqliteStore]:
 
 
 def _harness(store: sqlite.SqliteStore, *, spares: int = 1, dp_size: int = 2,
-             world_size: int = 4, engine: device_health.FaultEngine | None = None) -> Harness:
+             world_size: int = 4, engine: device_health.FaultEngine | None = None,
+             per_host: int | None = None) -> Harness:
     clock = FakeClock()
     event_recorder = recorder.EventRecorder(store, clock)
-    agent = RecoveringAgent(world_size, spares=spares, dp_size=dp_size)
+    agent = RecoveringAgent(world_size, spares=spares, dp_size=dp_size, per_host=per_host)
     handle: api.AgentHandle = agent
     controller = job_controller.JobController(
         policy.RecoverySettings(max_restarts=5), job=JOB, world_size=world_size, agent=handle,
@@ -317,6 +323,30 @@ def test_a_separated_device_stays_out_of_use_for_every_later_restart(
             policy.Strategy.RETRY, policy.Strategy.EXIT, policy.Strategy.RECOVER_IN_PLACE]
         assert _moved(h) == [[], [3]]
         assert [w.device for w in fourth.workers.values()] == [0, 1, 2, 4]
+
+    run_scenario(scenario)
+
+
+def test_across_hosts_a_device_is_its_hosts_own(store: sqlite.SqliteStore) -> None:
+    """Two hosts each number their devices from 0: separating device 0 of host 0 moves rank 0
+    alone, not rank 2 on device 0 of host 1 (one spare would not do for both)."""
+    async def scenario() -> None:
+        h = _harness(store, spares=1, dp_size=1, per_host=2)
+        run = asyncio.create_task(h.controller.run())
+
+        first = await h.next_generation()
+        _raise(first, 0, SEPARATE, at=150.0)
+        second = await h.next_generation()
+        await _recovered(h, second, count=1)
+        second.succeed()
+        result = await bounded(run)
+
+        assert result.outcome is events.JobOutcome.SUCCEEDED
+        assert _moved(h) == [[], [0]]
+        (graded,) = _graded(h)
+        assert graded["device"] == "host-0/device-0"
+        assert [(w.host, w.device) for w in second.workers.values()] == [
+            ("host-0", 4), ("host-0", 1), ("host-1", 0), ("host-1", 1)]
 
     run_scenario(scenario)
 

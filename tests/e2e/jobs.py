@@ -66,11 +66,14 @@ class Job(LoggedProcess):
                  env: dict[str, str] | None = None, node: int | None = None,
                  prefix: tuple[str, ...] = ()) -> None:
         """``node``: this host's node rank in a job across hosts (its run directory is the
-        job's ``node-<rank>``); ``prefix``: what runs the command (a network namespace's)."""
+        job's ``node-<rank>``, its checkpoints the job's ``checkpoints/node-<rank>``);
+        ``prefix``: what runs the command (a network namespace's)."""
         self.run_dir = run_root / run_id
+        self.checkpoint_dir = self.run_dir / "checkpoints"
         name = run_id
         if node is not None:
             self.run_dir /= f"node-{node}"
+            self.checkpoint_dir /= f"node-{node}"
             name = f"{run_id}.node-{node}"
         command = [*prefix, sys.executable, "-m", "trainguard", "run", "--run-root",
                    str(run_root), "--rdzv-id", run_id, *args]

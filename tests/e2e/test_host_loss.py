@@ -68,11 +68,12 @@ def test_a_host_killed_whole_moves_its_ranks_to_the_spare(
         cluster: Cluster, tmp_path: Path, clean_digest: str, lost: int) -> None:
     controller = cluster.start_controller()
     hosts = _started(cluster, tmp_path)
-    _training(hosts[0])  # rank 0 prints the steps
-    job, = _status(controller.endpoint)["jobs"]
+    hosts[0].wait_for("step 0", lambda: "step 0 loss" in hosts[0].output(), timeout=120)
+    job, = _status(controller.endpoint)["jobs"]  # as it trains, before the loss
     assert (job["job"], job["state"], job["generation"]) == ("job", "running", 0)
     assert [(h["place"], h["state"], h["ranks"]) for h in job["hosts"]] == [
         (0, "holding ranks", [0, 1]), (1, "holding ranks", [2, 3]), (2, "spare", [])]
+    _training(hosts[0])  # rank 0 prints the steps
     hosts[lost].kill()  # SIGKILL to the agent and every worker: the host is gone
     kept = hosts[1 - lost]
     assert [kept.wait(), hosts[2].wait()] == [0, 0], kept.output() + hosts[2].output()
@@ -103,6 +104,30 @@ def test_without_a_spare_a_lost_host_fails_the_job_after_the_stated_wait(
     assert "host 1 is lost" in finished["reason"]
     assert "no spare host joined within 2 s" in finished["reason"]
     assert "[root cause] rank 2: lost with its host (node 1" in hosts[0].output()
+
+
+def test_without_a_spare_the_lost_host_back_within_the_wait_restores_its_ranks_from_disk(
+        cluster: Cluster, tmp_path: Path, clean_digest: str) -> None:
+    """No replicas (dp 1) and no spare: host 1 killed, then started again with the same command
+    while the controller waits; it takes back node 1 and its checkpoints, and every host
+    resumes from the newest step the controller had every host write."""
+    controller = cluster.start_controller("--host-wait", "120")
+    common = ["--nproc-per-node", "2", "--max-restarts", "2", "--dp-size", "1",
+              "--persist-interval", "0", *JOB, "--output", str(tmp_path / "sha")]
+    hosts = [cluster.host(node, *common) for node in (0, 1)]
+    _training(hosts[0])
+    hosts[0].wait_for("a step on every node's disk", lambda: set.intersection(*(
+        {path.name for path in host.checkpoint_dir.glob("step-*") if "." not in path.name}
+        for host in hosts)), timeout=60)  # published: not a .partial- one
+    hosts[1].kill()
+    back = cluster.host(1, *common)
+    assert [hosts[0].wait(), back.wait()] == [0, 0], hosts[0].output() + back.output()
+    assert (tmp_path / "sha").read_text() == clean_digest, "not bitwise identical"
+    assert "this spare host takes node 1's ranks" in back.output()
+    recovery, = controller.events("job", "recovery-completed")
+    assert "disk" in recovery["restore_source"]
+    # Node 1's run directory, its store shared by both runs there, holds the step written.
+    assert recovery["restore_step"] in {e["step"] for e in back.events("checkpoint-persisted")}
 
 
 def test_a_host_cut_off_is_replaced_by_the_spare_and_fenced(
@@ -151,7 +176,7 @@ def test_the_controller_lost_mid_run_the_hosts_train_on_then_stop_saying_why(
         output = host.output()
         assert "the job's controller is gone" in output
         assert "was gone for 3 s: stopped after a dying checkpoint" in output
-        saved = sorted((host.run_dir / "checkpoints").glob("step-*"))
+        saved = sorted(host.checkpoint_dir.glob("step-*"))
         assert saved, f"host {node} saved no dying checkpoint"
 
 

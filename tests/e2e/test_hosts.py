@@ -44,7 +44,7 @@ def test_a_rank_killed_on_one_host_is_recovered_in_place_across_hosts(
         assert "succeeded" in host.output()
     # Each host persisted its own ranks' part of the last step.
     for node, ranks in ((0, [0, 1]), (1, [2, 3])):
-        manifest = json.loads((hosts[node].run_dir / "checkpoints" / "step-000000040" /
+        manifest = json.loads((hosts[node].checkpoint_dir / "step-000000040" /
                                "manifest.json").read_text())
         assert [s["rank"] for s in manifest["shards"]] == ranks
 

@@ -53,8 +53,9 @@ class CheckpointSettings:
     keep_checkpoints: int = 3
     """Complete checkpoints kept on disk (>= 1); older ones are deleted."""
     persist_interval: float = 30.0
-    """Seconds between disk writes of the newest complete snapshot (>= 0; 0: every one).
-    Memory snapshots can be taken every step; disk writes cost bandwidth, so they are paced."""
+    """Seconds between disk writes of the newest complete snapshot (>= 0; 0: every one; across
+    hosts at most one a second, of the newest step every host holds). Memory snapshots can be
+    taken every step; disk writes cost bandwidth, so they are paced."""
     persist_bandwidth: int = 0
     """Bytes per second the persister may write (0: unlimited)."""
 
@@ -157,8 +158,13 @@ class CheckpointMemory:
         persister: persister_client.PersisterClient,
         record: Callable[[events.Event], object],
         clock: clocks.Clock,
+        persist_on_order: bool = False,
     ) -> None:
+        """``persist_on_order``: disk writes are ordered (:meth:`persist`) by the controller of
+        a job across hosts, which has every host write the same steps; this host's own timer
+        then only checksums."""
         self.settings = settings
+        self._persist_on_order = persist_on_order
         self.directory = directory
         self._job = job
         self._world_size = world_size
@@ -177,7 +183,7 @@ class CheckpointMemory:
         self._task: asyncio.Task[None] | None = None
         self._busy = asyncio.Lock()
         self._failing: str | None = None  # the error of the writes failing since the last success
-        self._disk_steps: tuple[tuple[int, tuple[int, ...]], list[int]] | None = None
+        self._disk_steps: tuple[tuple[int, tuple[int, ...], Path], list[int]] | None = None
 
     # --- what workers ask for ----------------------------------------------------------------
 
@@ -198,8 +204,18 @@ class CheckpointMemory:
         held = self.held_steps(rank)
         return held[0] if held else None
 
-    def take(self, ranks: Sequence[int]) -> None:
-        """This host's memory holds ``ranks`` from now on (a spare taking a lost host's)."""
+    def take(self, ranks: Sequence[int], *, node: int) -> None:
+        """This host's memory holds ``ranks`` from now on, node ``node``'s (a spare taking a
+        lost host's), and its checkpoints are that node's: on a shared disk, or on that host
+        come back, the node's checkpoints are there to restore.
+
+        Raises:
+            checkpoint_layout.CheckpointError: that node's directory is not writable.
+        """
+        directory = checkpoint_layout.CheckpointDirectory(
+            checkpoint_layout.node_directory(self.directory.root.parent, node))
+        directory.ensure_writable()
+        self.directory = directory
         self._ranks = list(ranks)
 
     def held_steps(self, rank: int) -> list[int]:
@@ -260,7 +276,7 @@ class CheckpointMemory:
         shards are verified only when one is restored). Every report to the controller carries
         them: read from the manifests again only after a write or a restore plan changed
         them."""
-        key = (self._persisted_step, tuple(self._ranks))
+        key = (self._persisted_step, tuple(self._ranks), self.directory.root)
         if self._disk_steps is None or self._disk_steps[0] != key:
             found = []
             for step, path in self.directory.step_dirs():
@@ -299,7 +315,8 @@ class CheckpointMemory:
                 await asyncio.wait_for(self._wake.wait(), timeout=due if due > 0 else None)
             self._wake.clear()
             now = self._clock.monotonic()
-            if now - self._last_persist >= self.settings.persist_interval:
+            if (not self._persist_on_order
+                    and now - self._last_persist >= self.settings.persist_interval):
                 await self.flush()
             elif now - self._last_hash >= _HASH_INTERVAL:
                 self._last_hash = now
@@ -358,6 +375,19 @@ class CheckpointMemory:
                                 reply.persist_failed.error)
                     return False
             return False
+
+    async def persist(self, step: int) -> bool:
+        """Persist ``step`` of every rank here, unless the disk has it; True when it is durable,
+        False when its snapshot is no longer in memory (the workers outran the order)."""
+        async with self._busy:
+            if step <= self._persisted_step:
+                return step in self.disk_steps()
+            states = dict(self.complete_steps()).get(step)
+            if states is None:
+                return False
+            self._last_persist = self._clock.monotonic()
+            reply = await self._persist(step, self._shards(states))
+            return reply is not None and reply.WhichOneof("kind") == "persisted"
 
     async def dump(self, *, lost: Collection[int], layout: replicas.ReplicaLayout
                    ) -> int | None:

@@ -117,13 +117,15 @@ class ControllerLink:
                 await agent.settle(timeout=command.settle.timeout)
             elif kind == "flush_checkpoints":
                 await agent.flush_checkpoints()
+            elif kind == "persist":
+                ack.persisted.durable = await agent.persist(command.persist.step)
             else:
                 ack.failed.error = f"a command this agent does not know: {kind}"
                 return ack
             if kind in ("start_generation", "recover"):
                 assert agent.generation is not None
                 ack.generation.CopyFrom(_generation(agent, agent.generation))
-            elif kind not in ("dump", "host_store"):
+            elif kind not in ("dump", "host_store", "persist"):
                 ack.done.SetInParent()
         except (process.RecoveryError, rendezvous_stores.RendezvousError) as error:
             ack.refused.reason = str(error)

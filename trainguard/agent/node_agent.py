@@ -51,7 +51,7 @@ from trainguard.agent import (
 from trainguard.agent.settings import AgentSettings
 from trainguard.detect import heartbeat
 from trainguard.faults import process
-from trainguard.ipc import messages
+from trainguard.ipc import checkpoint_layout, messages
 from trainguard.job import replicas
 
 __all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
@@ -134,14 +134,20 @@ class NodeAgent:
         generation starts them.
 
         Raises:
-            process.RecoveryError: this host is no spare.
+            process.RecoveryError: this host is no spare, or cannot write the node's
+                checkpoints.
         """
         if not self.settings.spare or self._generation is not None:
             raise process.RecoveryError(f"host of node {self.settings.node_rank} is no spare: "
                                         f"it cannot take node {node_rank}'s ranks")
-        self.settings = dataclasses.replace(self.settings, node_rank=node_rank, spare=False)
+        settings = dataclasses.replace(self.settings, node_rank=node_rank, spare=False)
+        try:
+            self._checkpoints.take(settings.ranks, node=node_rank)
+        except checkpoint_layout.CheckpointError as error:
+            raise process.RecoveryError(f"this spare host cannot take node {node_rank}'s "
+                                        f"ranks: {error}") from error
+        self.settings = settings
         self._launcher.take(self.settings)
-        self._checkpoints.take(self.settings.ranks)
         self._log.warning("this spare host takes node %d's ranks %s", node_rank,
                           list(self.settings.ranks))
 
@@ -479,6 +485,10 @@ class NodeAgent:
 
     async def flush_checkpoints(self) -> None:
         await self._checkpoints.flush()
+
+    async def persist(self, step: int) -> bool:
+        """Persist ``step`` (the controller's order); True when it is durable."""
+        return await self._checkpoints.persist(step)
 
     # --- messages from workers (ipc_server.MessageHandler) -----------------------------------
 

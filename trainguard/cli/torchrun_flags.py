@@ -68,7 +68,7 @@ FLAGS: tuple[TorchrunFlag, ...] = (
     TorchrunFlag(("--standalone",), "standalone", False, None,
                  "Single-node job with a local rendezvous (what trainguard always does)."),
     TorchrunFlag(_both("max-restarts"), "max_restarts", 0, int,
-                 "Retry budget: job restarts allowed before failing (fault-retry-times)."),
+                 "Restarts of any cause allowed before the job fails (see --fault-retry-times)."),
     TorchrunFlag(_both("monitor-interval"), "monitor_interval", 0.1, _seconds,
                  "Seconds between checks of the workers' heartbeats.", metavar="DURATION"),
     TorchrunFlag(_both("start-method"), "start_method", "spawn", str, "Worker start method.",

@@ -47,6 +47,8 @@ class WorkerInfo:
     snapshot_step: int | None = None
     held_steps: tuple[int, ...] = ()
     """Every step its host's memory holds of it, newest first."""
+    host: str = ""
+    """Its host, in a job across hosts (set by the controller, which knows the hosts)."""
 
     def excerpt(self) -> str:
         return self.error
@@ -289,6 +291,13 @@ class AgentProxy:
 
     async def flush_checkpoints(self) -> None:
         await self._command(flush_checkpoints=pb.FlushCheckpoints())
+
+    async def persist(self, step: int) -> bool:
+        """Have the host write ``step`` to disk; True when it is durable there."""
+        ack = await self._command(persist=pb.Persist(step=step))
+        if ack.WhichOneof("result") != "persisted":
+            raise versioned.ProtocolError("the agent persisted but did not say whether")
+        return ack.persisted.durable
 
     # --- messages ------------------------------------------------------------------------------
 

@@ -35,6 +35,11 @@ class WorkerView(Protocol):
         """The device it runs on; its faults' codes are graded against that device's history."""
         ...
     @property
+    def host(self) -> str:
+        """The host it runs on, in a job across hosts ("" in a job on one host): device 0 of
+        one host is not device 0 of another."""
+        ...
+    @property
     def begun_step(self) -> int | None:
         """The step it began last in this generation."""
         ...

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import time
@@ -23,10 +24,16 @@ from trainguard.faults import process
 from trainguard.ipc import messages
 from trainguard.job import events, replicas
 from trainguard.proto import control_pb2 as pb
+from trainguard.proto import versioned
 
-__all__ = ["CONSEQUENCE_GRACE", "ClusterAgents", "ClusterGeneration", "SparePool"]
+__all__ = ["CONSEQUENCE_GRACE", "PERSIST_RETRY", "ClusterAgents", "ClusterGeneration",
+           "SparePool"]
 
 logger = logging.getLogger(__name__)
+
+PERSIST_RETRY = 1.0
+"""Seconds before a disk checkpoint that some host could not write (the workers outran the
+order) is ordered again, of a newer step; also the shortest time between two."""
 
 CONSEQUENCE_GRACE = 1.0
 """Seconds a fault that only says a peer went away (or a hang) waits for another host, or a
@@ -56,6 +63,7 @@ class ClusterGeneration:
         self.number = number
         self.master_port = master_port
         self._views = dict(views)
+        self._names = {node: proxy.host for node, proxy in hosts.items()}
         self._nproc = nproc_per_node
         loop = asyncio.get_running_loop()
         self.outcome: asyncio.Future[process.GenerationOutcome] = loop.create_future()
@@ -78,8 +86,8 @@ class ClusterGeneration:
 
     @property
     def workers(self) -> Mapping[int, agent_proxy.WorkerInfo]:
-        return {rank: worker for view in self._views.values()
-                for rank, worker in view.workers.items()}
+        return {rank: dataclasses.replace(worker, host=self._names[node])
+                for node, view in self._views.items() for rank, worker in view.workers.items()}
 
     @property
     def completed_step(self) -> int | None:
@@ -244,8 +252,9 @@ class ClusterAgents:
 
         The newest step that every rank holds in its own host's memory (or a replica on the
         same host does: its agent finds that one), each rank of a fresh node from a
-        data-parallel replica on another host; else the newest step every host has on disk;
-        else 0 (afresh)."""
+        data-parallel replica on another host; else the newest step every node has on disk
+        (a fresh node's host reads the node's directory: on a shared disk, or the node's own
+        host come back, it is there); else 0 (afresh)."""
         layout = self.layout
         if self._current is not None:
             workers = self._current.workers
@@ -265,8 +274,6 @@ class ClusterAgents:
                     peers[rank] = having[0]
                 else:
                     return step, peers
-        if fresh:
-            return 0, {}
         on_disk = set.intersection(*(set(proxy.disk_steps) for proxy in self._hosts.values()))
         return max(on_disk, default=0), {}
 
@@ -326,8 +333,8 @@ class ClusterAgents:
             return []
         outcome = current.outcome.result()
         fault = outcome.fault
-        if (outcome.kind is not process.OutcomeKind.FAULT or fault is None or fault.code
-                or fault.kind is process.ProcessFaultKind.HOST_LOST
+        if (outcome.kind is not process.OutcomeKind.FAULT or fault is None
+                or fault.hardware_cause
                 or not all(w.in_process for w in current.workers.values())):
             return []
         node = self._node_of(fault.rank)
@@ -376,6 +383,45 @@ class ClusterAgents:
                                  rendezvous=store, restore_step=step, peers=peers)
 
         return await self._form(number, await self._each(form), store)
+
+    async def order_persists(self, interval: float) -> None:
+        """Every ``interval`` seconds, have every host write to disk the newest step that every
+        rank holds in memory, as the hosts say at that moment. Hosts writing on clocks of
+        their own would write different steps, and no step would be whole on disk across
+        hosts: nothing to resume from after a crash, nor for a lost host's ranks without
+        replicas elsewhere. Runs until cancelled."""
+        written = -1
+        wait = interval
+        while True:
+            await asyncio.sleep(max(wait, PERSIST_RETRY))
+            wait = interval
+            try:
+                step = await self._held_everywhere()
+                if step is None or step <= written:
+                    continue
+                durable = await self._each(lambda node, proxy, step=step: proxy.persist(step),
+                                           leave_out_lost=True)
+            except (agent_proxy.AgentCommandError, versioned.ProtocolError,
+                    process.RecoveryError) as error:
+                logger.warning("disk checkpoint not ordered: %s", error)
+                wait = PERSIST_RETRY
+                continue
+            if len(durable) == len(self._hosts) and all(durable.values()):
+                written = step
+            else:
+                wait = PERSIST_RETRY
+
+    async def _held_everywhere(self) -> int | None:
+        """The newest step every rank holds in its own host's memory now; None while a host
+        is lost or no generation trains."""
+        current = self._current
+        if current is None or current.outcome.done() or self._lost():
+            return None
+        await self._each(lambda node, proxy: proxy.describe())
+        held = [set(worker.held_steps) for worker in current.workers.values()]
+        if len(held) < self.layout.world_size:
+            return None
+        return max(set.intersection(*held), default=None)
 
     async def dump(self, *, failed: Collection[int]) -> int | None:
         steps = await self._each(

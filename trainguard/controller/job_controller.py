@@ -33,8 +33,8 @@ level, places a rank on it again (its ranks go to spare devices)."""
 
 
 def _device_name(worker: api.WorkerView) -> str:
-    """The name a worker's device has in the fault engine."""
-    return f"device-{worker.device}"
+    """The name a worker's device has in the fault engine (its host's first, across hosts)."""
+    return f"{worker.host}/device-{worker.device}" if worker.host else f"device-{worker.device}"
 
 
 def _failure_signature(fault: process.ProcessFault) -> tuple[object, ...]:
@@ -104,6 +104,7 @@ class JobController:
         self._faults: list[FaultRecord] = []
         self._resume_step = 0
         self._restarts_used = 0
+        self._retries_used = 0  # unconditional retries: failures with no hardware cause
         self._repeated: tuple[tuple[object, ...] | None, int] = (None, 0)
         """The last failure that came before any step completed, and how often in a row."""
 
@@ -240,6 +241,7 @@ class JobController:
             decided_at = self._clock.monotonic()
             if not spent and decision.strategy is not policy.Strategy.FAIL:
                 self._restarts_used += 1
+                self._retries_used += not fault.hardware_cause
                 spent = True
             if first:
                 self._faults.append(FaultRecord(fault, generation.number, decision))
@@ -267,6 +269,7 @@ class JobController:
                     failed_because = self._recovery_failed(generation, fault, strategy, error,
                                                            decided_at)
                     after = strategy
+                    number += 1  # some hosts may have formed it: the next try is another
                     continue
             elif strategy is policy.Strategy.DUMP:
                 step = await self._agent.dump(failed=failed)
@@ -283,6 +286,7 @@ class JobController:
                     failed_because = self._recovery_failed(generation, fault, strategy, error,
                                                            decided_at)
                     after = strategy
+                    number += 1
                     continue
             self._started(formed)
             return formed, _Recovery(index, strategy, decided_at)
@@ -317,6 +321,9 @@ class JobController:
             progressed=generation.completed_step is not None, world_size=self._world_size,
             failed=[*(others or []), fault],
             restarts_left=self.settings.max_restarts - self._restarts_used + spent,
+            retries_left=None if self.settings.fault_retry_times is None else (
+                self.settings.fault_retry_times - self._retries_used
+                + (spent and not fault.hardware_cause)),
             repeats=self._repeated[1],
             in_process=all(w.in_process for w in workers),
             alive=[w.rank for w in workers if w.alive],

@@ -20,7 +20,9 @@ ranks``, ``move to spare``, ``dump``, ``restart job``), and ``--recover-strategy
 
 The first strategy that is enabled and fits the fault is tried; when it fails or misses its
 deadline, the next that fits after it (the original's fallback chain). Every recovery spends
-one retry of the job's budget (``--max-restarts``, the original's ``fault-retry-times``). When
+one restart of the job's budget (``--max-restarts``); a failure with no hardware cause (no device
+code, no host lost) also one of the unconditional retries (H12, ``--fault-retry-times``, the
+original's ``fault-retry-times``; unset: no separate bound). When
 every rank fails within a few seconds of a (re)start, before any step completed, the job has a
 problem no restart will fix (a crash loop): it fails at once, with the workers' errors. So it
 does when the same failure (rank, kind, exit status, error) comes ``crash_loop_repeats`` times
@@ -146,7 +148,11 @@ _WHAT = {
 @dataclasses.dataclass(frozen=True)
 class RecoverySettings:
     max_restarts: int = 0
-    """Retry budget (torchrun's --max-restarts; the original's fault-retry-times), >= 0."""
+    """Restarts of any cause (torchrun's --max-restarts), >= 0: every recovery spends one."""
+    fault_retry_times: int | None = None
+    """Unconditional retries (H12, the original's fault-retry-times), >= 0: recoveries of
+    failures with no hardware cause (no device fault code, no host lost), each also one of
+    --max-restarts. Unset: --max-restarts alone bounds them."""
     crash_loop_window: float = 10.0
     """Seconds after a (re)start within which all ranks failing, before any step completed, is a
     crash loop (>= 0). Covers imports and model setup on a loaded host."""
@@ -172,6 +178,8 @@ class RecoverySettings:
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
             raise ValueError(f"max-restarts must be >= 0, got {self.max_restarts}")
+        if self.fault_retry_times is not None and self.fault_retry_times < 0:
+            raise ValueError(f"fault-retry-times must be >= 0, got {self.fault_retry_times}")
         if self.crash_loop_repeats < 1:
             raise ValueError(f"crash-loop-repeats must be >= 1, got {self.crash_loop_repeats}")
         for name in ("crash_loop_window", "crash_loop_settle", "snapshot_grace"):
@@ -200,6 +208,7 @@ class FaultContext:
     layout: replicas.ReplicaLayout | None = None
     isolated: Collection[int] = ()  # ranks on isolated devices: any restart moves them to spares
     repeats: int = 1  # this failure, identical and before any step completed, so many in a row
+    retries_left: int | None = None  # unconditional retries left (fault-retry-times); None: any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,6 +288,12 @@ def decide(settings: RecoverySettings, context: FaultContext, *,
         return Decision(Strategy.FAIL, (
             f"retry budget exhausted (max-restarts {settings.max_restarts}); "
             f"last fault: {context.fault.describe()}"))
+    if (context.retries_left is not None and context.retries_left <= 0
+            and not context.fault.hardware_cause):
+        return Decision(Strategy.FAIL, (
+            f"unconditional retry budget exhausted (fault-retry-times "
+            f"{settings.fault_retry_times}: failures with no hardware cause); last fault: "
+            f"{context.fault.describe()}"))
     start = CHAIN.index(after) + 1 if after is not None else 0
     passed: dict[str, list[Strategy]] = {}  # why not -> the strategies passed over for it
     for strategy in CHAIN[start:]:

@@ -45,12 +45,15 @@ class JoinError(RuntimeError):
 
 
 def recovery_to_pb(settings: policy.RecoverySettings) -> pb.Recovery:
-    return pb.Recovery(
+    message = pb.Recovery(
         max_restarts=settings.max_restarts, crash_loop_window=settings.crash_loop_window,
         crash_loop_repeats=settings.crash_loop_repeats,
         crash_loop_settle=settings.crash_loop_settle, snapshot_grace=settings.snapshot_grace,
         recover_strategy=[str(strategy) for strategy in settings.recover_strategy],
         recover_timeout=settings.recover_timeout)
+    if settings.fault_retry_times is not None:
+        message.fault_retry_times = settings.fault_retry_times
+    return message
 
 
 def recovery_from_pb(message: pb.Recovery) -> policy.RecoverySettings:
@@ -60,7 +63,9 @@ def recovery_from_pb(message: pb.Recovery) -> policy.RecoverySettings:
         crash_loop_repeats=message.crash_loop_repeats,
         crash_loop_settle=message.crash_loop_settle, snapshot_grace=message.snapshot_grace,
         recover_strategy=tuple(policy.Strategy(name) for name in message.recover_strategy),
-        recover_timeout=message.recover_timeout)
+        recover_timeout=message.recover_timeout,
+        fault_retry_times=(message.fault_retry_times if message.HasField("fault_retry_times")
+                           else None))
 
 
 def _difference(first: protobuf_message.Message, other: protobuf_message.Message, *,
@@ -84,7 +89,7 @@ def _difference(first: protobuf_message.Message, other: protobuf_message.Message
 
 
 _AGREED = ("nnodes", "max_nodes", "nproc_per_node", "program", "version", "dp_size",
-           "recovery")
+           "recovery", "persist_interval")
 """What every host of a job must agree on."""
 
 
@@ -292,7 +297,13 @@ class ControllerService:
                 recovery_from_pb(first.recovery), job=first.job,
                 world_size=first.nnodes * first.nproc_per_node, agent=agents,
                 recorder=events_recorder, clock=self._clock)
-            result = await controller.run()
+            persists = asyncio.create_task(agents.order_persists(first.persist_interval),
+                                           name=f"job-{first.job}-persists")
+            try:
+                result = await controller.run()
+            finally:
+                persists.cancel()
+                await asyncio.gather(persists, return_exceptions=True)
             self.results[first.job] = result
             end = pb.EndJob(
                 exit_code=result.exit_code, outcome=str(result.outcome), reason=result.reason,

@@ -95,6 +95,12 @@ class ProcessFault:
         return self.retry_code and self.in_place
 
     @property
+    def hardware_cause(self) -> bool:
+        """A device reported a code, or the host was lost: not a failure of the script or of
+        unknown cause, which unconditional retry (H12) handles."""
+        return bool(self.code) or self.kind is ProcessFaultKind.HOST_LOST
+
+    @property
     def retry_code(self) -> bool:
         """Its device code is one a step retry is known to clear."""
         return bool(self.code) and fault_codes.code_key(self.code) in device_health.RETRY_CODES

@@ -43,6 +43,7 @@ __all__ = [
     "CheckpointError",
     "Manifest",
     "ShardRecord",
+    "node_directory",
     "shard_name",
 ]
 
@@ -63,6 +64,12 @@ def shard_name(rank: int) -> str:
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:09d}"
+
+
+def node_directory(root: Path, node: int) -> Path:
+    """Where node ``node`` of a job across hosts keeps its ranks' part of every step, under the
+    job's checkpoint directory ``root``: apart from the other nodes', even on a shared disk."""
+    return root / f"node-{node}"
 
 
 @dataclasses.dataclass(frozen=True)

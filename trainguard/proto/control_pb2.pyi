@@ -23,7 +23,7 @@ class Envelope(_message.Message):
     def __init__(self, version: _Optional[int] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("job", "node_rank", "nnodes", "max_nodes", "nproc_per_node", "program", "version", "host", "address", "dp_size", "recovery")
+    __slots__ = ("job", "node_rank", "nnodes", "max_nodes", "nproc_per_node", "program", "version", "host", "address", "dp_size", "recovery", "persist_interval")
     JOB_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     NNODES_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class Register(_message.Message):
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DP_SIZE_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    PERSIST_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     job: str
     node_rank: int
     nnodes: int
@@ -46,10 +47,11 @@ class Register(_message.Message):
     address: str
     dp_size: int
     recovery: Recovery
-    def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ...) -> None: ...
+    persist_interval: float
+    def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., persist_interval: _Optional[float] = ...) -> None: ...
 
 class Recovery(_message.Message):
-    __slots__ = ("max_restarts", "crash_loop_window", "crash_loop_repeats", "crash_loop_settle", "snapshot_grace", "recover_strategy", "recover_timeout")
+    __slots__ = ("max_restarts", "crash_loop_window", "crash_loop_repeats", "crash_loop_settle", "snapshot_grace", "recover_strategy", "recover_timeout", "fault_retry_times")
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     CRASH_LOOP_WINDOW_FIELD_NUMBER: _ClassVar[int]
     CRASH_LOOP_REPEATS_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +59,7 @@ class Recovery(_message.Message):
     SNAPSHOT_GRACE_FIELD_NUMBER: _ClassVar[int]
     RECOVER_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     RECOVER_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    FAULT_RETRY_TIMES_FIELD_NUMBER: _ClassVar[int]
     max_restarts: int
     crash_loop_window: float
     crash_loop_repeats: int
@@ -64,7 +67,8 @@ class Recovery(_message.Message):
     snapshot_grace: float
     recover_strategy: _containers.RepeatedScalarFieldContainer[str]
     recover_timeout: float
-    def __init__(self, max_restarts: _Optional[int] = ..., crash_loop_window: _Optional[float] = ..., crash_loop_repeats: _Optional[int] = ..., crash_loop_settle: _Optional[float] = ..., snapshot_grace: _Optional[float] = ..., recover_strategy: _Optional[_Iterable[str]] = ..., recover_timeout: _Optional[float] = ...) -> None: ...
+    fault_retry_times: int
+    def __init__(self, max_restarts: _Optional[int] = ..., crash_loop_window: _Optional[float] = ..., crash_loop_repeats: _Optional[int] = ..., crash_loop_settle: _Optional[float] = ..., snapshot_grace: _Optional[float] = ..., recover_strategy: _Optional[_Iterable[str]] = ..., recover_timeout: _Optional[float] = ..., fault_retry_times: _Optional[int] = ...) -> None: ...
 
 class Registered(_message.Message):
     __slots__ = ("placement", "refused")
@@ -85,7 +89,7 @@ class Placement(_message.Message):
     def __init__(self, node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., spare: _Optional[bool] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe", "host_store", "leave", "end_job", "take_ranks")
+    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe", "host_store", "leave", "end_job", "take_ranks", "persist")
     ID_FIELD_NUMBER: _ClassVar[int]
     START_GENERATION_FIELD_NUMBER: _ClassVar[int]
     RECOVER_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +104,7 @@ class Command(_message.Message):
     LEAVE_FIELD_NUMBER: _ClassVar[int]
     END_JOB_FIELD_NUMBER: _ClassVar[int]
     TAKE_RANKS_FIELD_NUMBER: _ClassVar[int]
+    PERSIST_FIELD_NUMBER: _ClassVar[int]
     id: int
     start_generation: StartGeneration
     recover: Recover
@@ -114,7 +119,14 @@ class Command(_message.Message):
     leave: Leave
     end_job: EndJob
     take_ranks: TakeRanks
-    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., host_store: _Optional[_Union[HostStore, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., end_job: _Optional[_Union[EndJob, _Mapping]] = ..., take_ranks: _Optional[_Union[TakeRanks, _Mapping]] = ...) -> None: ...
+    persist: Persist
+    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., host_store: _Optional[_Union[HostStore, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., end_job: _Optional[_Union[EndJob, _Mapping]] = ..., take_ranks: _Optional[_Union[TakeRanks, _Mapping]] = ..., persist: _Optional[_Union[Persist, _Mapping]] = ...) -> None: ...
+
+class Persist(_message.Message):
+    __slots__ = ("step",)
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    def __init__(self, step: _Optional[int] = ...) -> None: ...
 
 class TakeRanks(_message.Message):
     __slots__ = ("node_rank",)
@@ -249,7 +261,7 @@ class FlushCheckpoints(_message.Message):
     def __init__(self) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("command_id", "done", "generation", "dump", "refused", "failed", "store", "report")
+    __slots__ = ("command_id", "done", "generation", "dump", "refused", "failed", "store", "persisted", "report")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +269,7 @@ class Ack(_message.Message):
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
+    PERSISTED_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     command_id: int
     done: Done
@@ -265,12 +278,19 @@ class Ack(_message.Message):
     refused: Refusal
     failed: Failure
     store: Rendezvous
+    persisted: Persisted
     report: Report
-    def __init__(self, command_id: _Optional[int] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., dump: _Optional[_Union[DumpResult, _Mapping]] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., store: _Optional[_Union[Rendezvous, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ...) -> None: ...
+    def __init__(self, command_id: _Optional[int] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., dump: _Optional[_Union[DumpResult, _Mapping]] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ..., failed: _Optional[_Union[Failure, _Mapping]] = ..., store: _Optional[_Union[Rendezvous, _Mapping]] = ..., persisted: _Optional[_Union[Persisted, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ...) -> None: ...
 
 class Done(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class Persisted(_message.Message):
+    __slots__ = ("durable",)
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    durable: bool
+    def __init__(self, durable: _Optional[bool] = ...) -> None: ...
 
 class DumpResult(_message.Message):
     __slots__ = ("step",)
