@@ -12,6 +12,7 @@ from trainguard.agent import checkpoint_memory, node_agent, workers
 from trainguard.agent.settings import AgentSettings
 from trainguard.detect import heartbeat
 from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
 
 
 class FakeWriter:
@@ -22,7 +23,8 @@ class FakeWriter:
         return False
 
     def write(self, data: bytes) -> None:
-        self.sent.append(messages.decode(data))
+        assert versioned.frame_length(data[:versioned.LENGTH_SIZE]) == len(data) - 4
+        self.sent.append(worker_codec.decode(data[versioned.LENGTH_SIZE:]))
 
 
 def _worker(rank: int, begun: int | None) -> tuple[workers.WorkerState, FakeWriter]:

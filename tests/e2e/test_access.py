@@ -6,6 +6,7 @@ user runs the system's ``python3``: the job's interpreter may live where it cann
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pwd
@@ -20,6 +21,8 @@ import psutil
 import pytest
 
 from tests.e2e.jobs import SCRIPTS, Job, unavailable
+from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
 
 pytestmark = pytest.mark.e2e
 
@@ -27,33 +30,40 @@ SESSION_JOB = str(SCRIPTS / "session_job.py")
 OTHER_USER = "trainguard-other"
 OTHER_PYTHON = "/usr/bin/python3"
 
-# As the other user: ask the agent at argv[1] to crash rank 1, then say hello as rank 1 (pid
-# argv[2], read from ps) without its secret and ask the job to stop. Prints what came back.
+# As the other user, with the system's python (no trainguard): send the agent at argv[1] the
+# messages framed in hex in argv[2] (ask to crash rank 1), then those in argv[3] (say hello as
+# rank 1, its pid read from ps, without its secret, and ask the job to stop). Prints in hex
+# what came back to each.
 ATTACK = """
 import json, socket, sys
 
-def talk(*lines):
+def talk(data):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.settimeout(5)
         connection.connect("\\0" + sys.argv[1][1:])
         try:
-            for line in lines:
-                connection.sendall(json.dumps(line).encode() + b"\\n")
+            connection.sendall(bytes.fromhex(data))
         except (BrokenPipeError, ConnectionResetError):
             pass  # refused and closed before the rest was sent: what was answered counts
         try:
-            return connection.makefile("rb").readline().decode()
+            return connection.makefile("rb").read().hex()
         except TimeoutError:
             return "no answer: the connection stayed open"
         except ConnectionResetError:
             return ""
 
-inject = talk({"type": "inject-request", "request_id": 1, "rank": 1, "kind": "crash",
-               "at_step": None})
-hello = talk({"type": "hello", "rank": 1, "local_rank": 1, "pid": int(sys.argv[2]),
-              "generation": 0}, {"type": "stop-requested", "time": 0.0})
-print(json.dumps({"inject": inject, "hello": hello}))
+print(json.dumps({"inject": talk(sys.argv[2]), "hello": talk(sys.argv[3])}))
 """
+
+
+def frames(*items: messages.Message) -> str:
+    """The messages as the agent reads them, in hex for a command line."""
+    return b"".join(versioned.frame(worker_codec.encode(item)) for item in items).hex()
+
+
+def replies(answer: str) -> list[messages.Message]:
+    stream = io.BytesIO(bytes.fromhex(answer))
+    return [worker_codec.decode(data) for data in iter(lambda: versioned.read_frame(stream), None)]
 
 
 @pytest.fixture(scope="module")
@@ -150,17 +160,21 @@ def test_another_user_can_neither_inject_a_fault_nor_forge_a_hello(
             path := job.run_dir / "agent.json").exists() and path)
         address = json.loads(agent_file.read_text())["address"]
         worker = job.wait_for("rank 1's worker", lambda: worker_of_rank(job, 1))
-        attack = as_other(other_user, ATTACK, address, str(worker))
+        inject = frames(messages.InjectRequest(request_id=1, rank=1,
+                                               kind=messages.InjectionKind.CRASH, at_step=None))
+        hello = frames(messages.Hello(rank=1, local_rank=1, pid=worker, generation=0),
+                       messages.StopRequested(time=0.0))
+        attack = as_other(other_user, ATTACK, address, inject, hello)
         assert attack.returncode == 0, attack.stderr
         answers = json.loads(attack.stdout)
         assert job.wait() == 0, job.output()
     finally:
         job.kill()
     own = os.geteuid()
-    assert json.loads(answers["inject"]) == {
-        "type": "control-reply", "request_id": 1, "ok": False,
-        "detail": f"the agent refused: uid {pwd.getpwnam(other_user).pw_uid} is neither the "
-                  f"job's user (uid {own}) nor root"}
+    assert replies(answers["inject"]) == [messages.ControlReply(
+        request_id=1, ok=False,
+        detail=f"the agent refused: uid {pwd.getpwnam(other_user).pw_uid} is neither the "
+               f"job's user (uid {own}) nor root")]
     assert answers["hello"] == "", "the forged hello was not refused"
     assert job.events("fault-injection") == job.events("fault-detected") == []
     assert len(job.events("generation-started")) == 1

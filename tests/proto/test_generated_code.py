@@ -24,7 +24,8 @@ def test_the_committed_generated_code_is_not_stale(tmp_path: Path) -> None:
     generator: object = _generator()
     written: list[Path] = generator.generate(tmp_path)  # type: ignore[attr-defined]
     assert [path.name for path in written] == ["control_pb2.py", "control_pb2.pyi",
-                                              "helpers_pb2.py", "helpers_pb2.pyi"]
+                                              "helpers_pb2.py", "helpers_pb2.pyi",
+                                              "worker_pb2.py", "worker_pb2.pyi"]
     stale = [path.name for path in written
              if path.read_bytes() != (ROOT / "trainguard" / "proto" / path.name).read_bytes()]
     assert stale == [], f"run `make proto`: {stale} differ from what the .proto files generate"

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
 
 __all__ = ["FakeAgent"]
 
@@ -33,8 +34,9 @@ class FakeAgent:
     def _serve(self) -> None:
         self.connection, _ = self._listener.accept()
         self._connected.set()
-        for line in self.connection.makefile("rb"):
-            message = messages.decode(line)
+        incoming = self.connection.makefile("rb")
+        while (data := versioned.read_frame(incoming)) is not None:
+            message = worker_codec.decode(data)
             with self.arrived:
                 self.received.append(message)
                 self.arrived.notify_all()
@@ -42,16 +44,21 @@ class FakeAgent:
                 path = self._directory / f"slot-{message.slot}"
                 with path.open("wb") as stream:
                     stream.truncate(message.nbytes)
-                self.connection.sendall(messages.encode(messages.SlotGranted(
-                    message.request_id, message.slot, str(path), message.nbytes)))
+                self._send(messages.SlotGranted(message.request_id, message.slot, str(path),
+                                                message.nbytes))
             elif isinstance(message, messages.RestorePlanRequest):
-                self.connection.sendall(messages.encode(messages.RestorePlan(
-                    message.request_id, messages.RestoreSource.NONE, 0, "", 0, ["", ""], "")))
+                self._send(messages.RestorePlan(message.request_id,
+                                                messages.RestoreSource.NONE, 0, "", 0, ["", ""],
+                                                ""))
 
     def order(self, message: messages.Message) -> None:
         assert self._connected.wait(10)
         assert self.connection is not None
-        self.connection.sendall(messages.encode(message))
+        self._send(message)
+
+    def _send(self, message: messages.Message) -> None:
+        assert self.connection is not None
+        self.connection.sendall(versioned.frame(worker_codec.encode(message)))
 
     def wait_for(self, done: int | Callable[[list[messages.Message]], object]
                  ) -> list[messages.Message]:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import threading
+import time
 import uuid
 
 import pytest
 
 from tests.train.fake_agent import FakeAgent
 from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
+from trainguard.proto import worker_pb2 as pb
 from trainguard.train import agent_link
 
 
@@ -59,8 +63,7 @@ def test_orders_reach_the_session(agent: FakeAgent) -> None:
     agent.wait_for(0)
     link.hello(rank=0, local_rank=0, generation=0)
     agent.wait_for(1)
-    assert agent.connection is not None
-    agent.connection.sendall(messages.encode(messages.StopAt(7)))
+    agent.order(messages.StopAt(7))
     assert got.wait(10)
     assert orders == [messages.StopAt(7)]
     link.close()
@@ -68,9 +71,32 @@ def test_orders_reach_the_session(agent: FakeAgent) -> None:
 
 def test_a_request_without_answer_times_out(agent: FakeAgent) -> None:
     link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
-    with pytest.raises(agent_link.AgentLinkError, match="did not answer inject-request within"):
+    with pytest.raises(agent_link.AgentLinkError, match="did not answer inject_request within"):
         link.request(messages.InjectRequest(5, 0, messages.InjectionKind.CRASH, None),
                      request_id=5, timeout=0.2)
+    link.close()
+
+
+@pytest.mark.parametrize("data", [
+    versioned.frame(b"garbage"),
+    versioned.frame(pb.Envelope(version=versioned.PROTOCOL_VERSION + 1,
+                                stop_at=pb.StopAt(step=7)).SerializeToString()),
+    struct.pack("<I", worker_codec.FRAME_LIMIT + 1),  # refused before its body is read
+])
+def test_a_bad_message_from_the_agent_ends_the_link(agent: FakeAgent, data: bytes) -> None:
+    orders: list[messages.Message] = []
+    link = agent_link.AgentLink(agent.address, on_order=orders.append)
+    link.hello(rank=0, local_rank=0, generation=0)
+    agent.wait_for(1)
+    assert agent.connection is not None
+    agent.connection.sendall(data + versioned.frame(worker_codec.encode(messages.StopAt(7))))
+    started = time.monotonic()
+    with pytest.raises(agent_link.AgentLinkError, match="did not answer"):
+        link.request(messages.InjectRequest(5, 0, messages.InjectionKind.CRASH, None),
+                     request_id=5, timeout=10)
+    assert time.monotonic() - started < 5, "the link waited for an answer after the bad message"
+    assert link.closed
+    assert orders == []
     link.close()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from trainguard.agent import node_agent
 from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
 
 __all__ = ["ControlError", "inject_fault"]
 
@@ -33,10 +34,10 @@ def inject_fault(run_dir: Path, *, rank: int, kind: messages.InjectionKind,
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout)
             connection.connect(messages.socket_name(str(agent["address"])))
-            connection.sendall(messages.encode(request))
-            line = connection.makefile("rb").readline()
-        reply = messages.decode(line) if line else None
-    except (OSError, messages.MessageError) as error:
+            connection.sendall(versioned.frame(worker_codec.encode(request)))
+            data = versioned.read_frame(connection.makefile("rb"), limit=worker_codec.FRAME_LIMIT)
+        reply = worker_codec.decode(data) if data is not None else None
+    except (OSError, messages.MessageError, versioned.ProtocolError) as error:
         raise ControlError(f"the job in {run_dir} does not answer: {error}") from error
     if reply is None:
         raise ControlError(f"the job in {run_dir} closed the connection without an answer")

@@ -84,15 +84,13 @@ class HelperProcess(Generic[Reply]):
         assert process.stdout is not None
         failure = ""
         try:
-            while prefix := await process.stdout.readexactly(versioned.LENGTH_SIZE):
-                data = await process.stdout.readexactly(versioned.frame_length(prefix))
+            # None: the process closed its stdout, it exited
+            while (data := await versioned.read_frame_async(process.stdout)) is not None:
                 reply = versioned.parse(self._reply, data)
                 if self._waiting:
                     future = self._waiting.popleft()
                     if not future.done():
                         future.set_result(reply)
-        except asyncio.IncompleteReadError:
-            pass  # the process closed its stdout: it exited
         except versioned.ProtocolError as error:
             failure = f": its reply could not be read ({error})"
             logger.error("%s process %d: %s; ending it", self._role, process.pid, error)

@@ -22,12 +22,12 @@ import uuid
 from typing import Protocol
 
 from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
 
 __all__ = ["IpcServer", "MessageHandler", "refusal"]
 
 logger = logging.getLogger(__name__)
 
-_LINE_LIMIT = 1 << 20
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -48,6 +48,19 @@ def refusal(first: messages.Message, *, pid: int, uid: int) -> str | None:
     if isinstance(first, messages.Hello) and first.pid != pid:
         return f"its hello claims pid {first.pid}"
     return None
+
+
+async def _read(reader: asyncio.StreamReader) -> bytes | None:
+    """The next message's bytes; None at the end.
+
+    Raises:
+        ProtocolError: the stream ended inside a message, or it is too long to be one.
+    """
+    return await versioned.read_frame_async(reader, limit=worker_codec.FRAME_LIMIT)
+
+
+def _write(writer: asyncio.StreamWriter, message: messages.Message) -> None:
+    writer.write(versioned.frame(worker_codec.encode(message)))
 
 
 class MessageHandler(Protocol):
@@ -74,8 +87,7 @@ class IpcServer:
     async def start(self) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(messages.socket_name(self.address))
-        self._server = await asyncio.start_unix_server(
-            self._serve, sock=listener, limit=_LINE_LIMIT)
+        self._server = await asyncio.start_unix_server(self._serve, sock=listener)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -83,10 +95,10 @@ class IpcServer:
         self._connections.add(task)
         try:
             pid, uid = _peer(writer)
-            line = await reader.readline()
-            if not line:
+            data = await _read(reader)
+            if data is None:
                 return
-            first = messages.decode(line)
+            first = worker_codec.decode(data)
             refused = refusal(first, pid=pid, uid=uid)
             if refused is not None:
                 await self._refuse(first, refused, writer, pid=pid)
@@ -94,9 +106,9 @@ class IpcServer:
                 await self._serve_worker(first, reader, writer)
             else:
                 await self._serve_control(first, reader, writer)
-        except messages.MessageError as error:
+        except (messages.MessageError, versioned.ProtocolError) as error:
             logger.warning("dropping a connection that sent a bad message: %s", error)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except ConnectionError:
             pass
         finally:
             self._connections.discard(task)
@@ -108,8 +120,8 @@ class IpcServer:
         logger.warning("refused a connection from pid %s: %s", pid, reason)
         request_id = getattr(first, "request_id", None)
         if isinstance(request_id, int):
-            writer.write(messages.encode(messages.ControlReply(
-                request_id=request_id, ok=False, detail=f"the agent refused: {reason}")))
+            _write(writer, messages.ControlReply(
+                request_id=request_id, ok=False, detail=f"the agent refused: {reason}"))
             await writer.drain()
 
     async def _serve_worker(self, hello: messages.Hello, reader: asyncio.StreamReader,
@@ -120,8 +132,8 @@ class IpcServer:
                            hello.rank, hello.generation)
             return
         try:
-            while line := await reader.readline():
-                self._handler.worker_message(hello, messages.decode(line))
+            while (data := await _read(reader)) is not None:
+                self._handler.worker_message(hello, worker_codec.decode(data))
         finally:
             self._handler.worker_disconnected(hello)
 
@@ -129,10 +141,10 @@ class IpcServer:
                              writer: asyncio.StreamWriter) -> None:
         request: messages.Message | None = first
         while request is not None:
-            writer.write(messages.encode(await self._handler.control(request)))
+            _write(writer, await self._handler.control(request))
             await writer.drain()
-            line = await reader.readline()
-            request = messages.decode(line) if line else None
+            data = await _read(reader)
+            request = worker_codec.decode(data) if data is not None else None
 
     async def close(self) -> None:
         if self._server is not None:

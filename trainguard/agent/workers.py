@@ -15,6 +15,7 @@ from pathlib import Path
 from trainguard.agent import checkpoint_memory, worker_output
 from trainguard.faults import process
 from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
 
 __all__ = [
     "Generation",
@@ -154,7 +155,7 @@ class WorkerState:
         """Queue a message to the worker's session; False when it has none."""
         if self.link is None or self.link.is_closing():
             return False
-        self.link.write(messages.encode(message))
+        self.link.write(versioned.frame(worker_codec.encode(message)))
         return True
 
 

@@ -1,8 +1,10 @@
 """Messages between a training process (or a control client) and the node agent.
 
-Wire format: one JSON object per line, UTF-8, over the agent's Unix stream socket. Every object
-has ``"type"`` (the message name below) and the message's fields by name. Times are
-``time.monotonic()`` seconds, which all processes of one host share (CLOCK_MONOTONIC).
+Wire format: ``trainguard/proto/worker.proto``, over the agent's Unix stream socket. Each message
+below is a proto message of the same name and fields, sent in an envelope that names the protocol
+version and the message (its field ``TYPE``), each envelope preceded by its length;
+:mod:`trainguard.proto.worker_codec` converts. Times are ``time.monotonic()`` seconds, which all
+processes of one host share (CLOCK_MONOTONIC).
 
 A training process opens the connection with :class:`Hello`; a control client (the ``trainguard
 fault`` command, tests) sends requests without one. Requests carry a ``request_id`` and are answered
@@ -14,10 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
-import types
-import typing
-from typing import Any, ClassVar, Union
+from typing import ClassVar
 
 __all__ = [
     "WORKER_SECRET_VARIABLE",
@@ -49,8 +48,6 @@ __all__ = [
     "StopAt",
     "StopRequested",
     "WorkerFailing",
-    "decode",
-    "encode",
     "socket_name",
 ]
 
@@ -66,7 +63,8 @@ def socket_name(address: str) -> str:
 
 
 class MessageError(ValueError):
-    """A line that is not a valid message; ``field`` names the offending field, if one."""
+    """Bytes that are not a valid message, or a value a message cannot hold; ``field`` names the
+    offending field, if one."""
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
@@ -107,7 +105,7 @@ class RestoreSource(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Message:
-    """Base of all messages; ``TYPE`` is the wire name."""
+    """Base of all messages; ``TYPE`` is the wire name (the envelope's field that carries it)."""
 
     TYPE: ClassVar[str] = ""
 
@@ -117,7 +115,7 @@ class Message:
 
 @dataclasses.dataclass(frozen=True)
 class Hello(Message):
-    """The first line of a worker's connection. ``secret`` is the one the agent gave this worker
+    """The first message of a worker's connection. ``secret`` is the one the agent gave this worker
     process (``TRAINGUARD_WORKER_SECRET``): without it a hello naming a rank and a pid read from
     ``ps`` would pass for the worker. It is never shown (repr) or logged."""
 
@@ -164,7 +162,7 @@ class SnapshotCommitted(Message):
 class FaultInjected(Message):
     """Sent just before an injected fault takes effect, so the agent knows when it happened."""
 
-    TYPE: ClassVar[str] = "fault-injected"
+    TYPE: ClassVar[str] = "fault_injected"
     kind: InjectionKind
     step: int
     time: float
@@ -185,7 +183,7 @@ class RecoverySupported(Message):
     """The worker runs its training under ``Session.run``: it can leave a generation and join
     the next without exiting (the original's ReportRecoverStrategy)."""
 
-    TYPE: ClassVar[str] = "recovery-supported"
+    TYPE: ClassVar[str] = "recovery_supported"
     strategies: list[str]
 
 
@@ -217,7 +215,7 @@ class Finished(Message):
 class StopRequested(Message):
     """The worker got SIGTERM; the agent coordinates a stop of every rank at one step."""
 
-    TYPE: ClassVar[str] = "stop-requested"
+    TYPE: ClassVar[str] = "stop_requested"
     time: float
 
 
@@ -225,7 +223,7 @@ class StopRequested(Message):
 class ReserveSlot(Message):
     """Ask for shared-memory slot ``slot`` (0 or 1) of at least ``nbytes``."""
 
-    TYPE: ClassVar[str] = "reserve-slot"
+    TYPE: ClassVar[str] = "reserve_slot"
     request_id: int
     slot: int
     nbytes: int
@@ -233,7 +231,7 @@ class ReserveSlot(Message):
 
 @dataclasses.dataclass(frozen=True)
 class RestorePlanRequest(Message):
-    TYPE: ClassVar[str] = "restore-plan-request"
+    TYPE: ClassVar[str] = "restore_plan_request"
     request_id: int
 
 
@@ -244,7 +242,7 @@ class RestorePlanRequest(Message):
 class SlotGranted(Message):
     """``path`` opens the slot's memory (the agent owns it); ``capacity`` in bytes."""
 
-    TYPE: ClassVar[str] = "slot-granted"
+    TYPE: ClassVar[str] = "slot_granted"
     request_id: int
     slot: int
     path: str
@@ -259,7 +257,7 @@ class RestorePlan(Message):
     string); ``next_slot`` is where the next snapshot goes, so the restored one stays intact.
     """
 
-    TYPE: ClassVar[str] = "restore-plan"
+    TYPE: ClassVar[str] = "restore_plan"
     request_id: int
     source: RestoreSource
     step: int
@@ -276,7 +274,7 @@ class RestorePlan(Message):
 
 @dataclasses.dataclass(frozen=True)
 class RequestFailed(Message):
-    TYPE: ClassVar[str] = "request-failed"
+    TYPE: ClassVar[str] = "request_failed"
     request_id: int
     error: str
 
@@ -294,7 +292,7 @@ class InjectFault(Message):
 class StopAt(Message):
     """Finish step ``step``, save the state (dying checkpoint) and exit."""
 
-    TYPE: ClassVar[str] = "stop-at"
+    TYPE: ClassVar[str] = "stop_at"
     step: int
 
 
@@ -325,7 +323,7 @@ class SnapshotInterval(Message):
     keeps the rule it had. The agent names a step no rank has reached, so that every rank
     snapshots the same steps (a step is complete only once every rank has it)."""
 
-    TYPE: ClassVar[str] = "snapshot-interval"
+    TYPE: ClassVar[str] = "snapshot_interval"
     every: int
     from_step: int
 
@@ -340,7 +338,7 @@ class SnapshotInterval(Message):
 
 @dataclasses.dataclass(frozen=True)
 class InjectRequest(Message):
-    TYPE: ClassVar[str] = "inject-request"
+    TYPE: ClassVar[str] = "inject_request"
     request_id: int
     rank: int
     kind: InjectionKind
@@ -349,123 +347,7 @@ class InjectRequest(Message):
 
 @dataclasses.dataclass(frozen=True)
 class ControlReply(Message):
-    TYPE: ClassVar[str] = "control-reply"
+    TYPE: ClassVar[str] = "control_reply"
     request_id: int
     ok: bool
     detail: str
-
-
-_TYPES: dict[str, type[Message]] = {
-    cls.TYPE: cls
-    for cls in (
-        Hello,
-        StepMark,
-        Activity,
-        SnapshotCommitted,
-        FaultInjected,
-        WorkerFailing,
-        RecoverySupported,
-        LeftGeneration,
-        Finished,
-        StopRequested,
-        ReserveSlot,
-        RestorePlanRequest,
-        SlotGranted,
-        RestorePlan,
-        RequestFailed,
-        InjectFault,
-        StopAt,
-        Abort,
-        Rejoin,
-        SnapshotInterval,
-        InjectRequest,
-        ControlReply,
-    )
-}
-
-
-def encode(message: Message) -> bytes:
-    """One line of the wire format, newline included."""
-    body: dict[str, Any] = {"type": message.TYPE}
-    for field in dataclasses.fields(message):
-        body[field.name] = getattr(message, field.name)
-    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
-
-
-def decode(line: bytes) -> Message:
-    """Parse one line of the wire format.
-
-    Raises:
-        MessageError: not JSON, an unknown type, a missing or extra field, or a field of the
-            wrong type; the error names the field.
-    """
-    try:
-        body = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise MessageError(f"not a JSON message: {line[:80]!r}") from error
-    if not isinstance(body, dict):
-        raise MessageError(f"a message must be a JSON object, got {type(body).__name__}")
-    name = body.pop("type", None)
-    cls = _TYPES.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise MessageError(f"unknown message type {name!r}", field="type")
-    values: dict[str, Any] = {}
-    for name, expected, optional in _SCHEMAS[cls]:
-        if name not in body:
-            if optional:
-                continue  # absent: its default
-            raise MessageError(f"{cls.TYPE}: missing field {name!r}", field=name)
-        values[name] = _check(cls.TYPE, name, expected, body.pop(name))
-    if body:
-        extra = ", ".join(sorted(body))
-        raise MessageError(f"{cls.TYPE}: unknown field(s) {extra}", field=sorted(body)[0])
-    return cls(**values)
-
-
-def _schema(cls: type[Message]) -> tuple[tuple[str, Any, bool], ...]:
-    """Each field's name, type and whether it has a default."""
-    hints = typing.get_type_hints(cls)
-    return tuple((field.name, hints[field.name],
-                  field.default is not dataclasses.MISSING
-                  or field.default_factory is not dataclasses.MISSING)
-                 for field in dataclasses.fields(cls))
-
-
-# Resolved once: resolving the annotations costs far more than decoding a message, and the
-# agent decodes several per rank and step.
-_SCHEMAS = {cls: _schema(cls) for cls in _TYPES.values()}
-
-
-def _check(message: str, field: str, expected: Any, value: Any) -> Any:
-    """Return ``value`` converted to ``expected`` (enums), or raise naming the field."""
-    if typing.get_origin(expected) in (Union, types.UnionType):
-        options = typing.get_args(expected)
-        if value is None and type(None) in options:
-            return None
-        (expected,) = (option for option in options if option is not type(None))
-    origin = typing.get_origin(expected)
-    if origin is list:
-        (item,) = typing.get_args(expected)
-        if isinstance(value, list):
-            return [_check(message, field, item, element) for element in value]
-    elif isinstance(expected, type) and issubclass(expected, enum.Enum):
-        try:
-            return expected(value)
-        except ValueError:
-            allowed = ", ".join(str(member.value) for member in expected)
-            raise MessageError(
-                f"{message}: field {field!r} is {value!r}, expected one of {allowed}", field=field
-            ) from None
-    elif expected is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    elif _plain(value, expected):
-        return value
-    name = getattr(expected, "__name__", expected)
-    raise MessageError(f"{message}: field {field!r} is {value!r}, expected {name}", field=field)
-
-
-def _plain(value: Any, expected: Any) -> bool:
-    """``isinstance`` for int, str and bool, except that a bool is no int."""
-    if expected is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return expected in (str, bool) and isinstance(value, expected)

@@ -22,12 +22,17 @@ import threading
 from collections.abc import Callable
 
 from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
 
 __all__ = ["AgentLink", "AgentLinkError", "DetachedLink"]
 
 logger = logging.getLogger(__name__)
 
 _SIGNAL_POLL_SECONDS = 0.05  # how soon the sender notices a message queued by a signal handler
+
+
+def _framed(message: messages.Message) -> bytes:
+    return versioned.frame(worker_codec.encode(message))
 
 
 class AgentLinkError(RuntimeError):
@@ -80,7 +85,7 @@ class AgentLink:
         preempts training, so a message that may wait a moment (a snapshot's commit, before
         the next step's begin mark) rides with the next one.
         """
-        data = messages.encode(message)
+        data = _framed(message)
         with self._lock:
             if hold:
                 self._held += data
@@ -100,7 +105,7 @@ class AgentLink:
 
     def send_from_signal(self, message: messages.Message) -> None:
         """Queue a message from a signal handler, which may have interrupted :meth:`send`."""
-        self._from_signals.put(messages.encode(message))
+        self._from_signals.put(_framed(message))
 
     def send_now(self, message: messages.Message, *, timeout: float = 2.0) -> None:
         """Send a message and everything before it, waiting up to ``timeout`` seconds: for the
@@ -157,9 +162,10 @@ class AgentLink:
 
     def _read_loop(self) -> None:
         stream = self._socket.makefile("rb")
+        limit = worker_codec.FRAME_LIMIT
         try:
-            for line in stream:
-                message = messages.decode(line)
+            while (data := versioned.read_frame(stream, limit=limit)) is not None:
+                message = worker_codec.decode(data)
                 request_id = getattr(message, "request_id", None)
                 if request_id is not None:
                     with self._reply_ready:
@@ -167,7 +173,7 @@ class AgentLink:
                         self._reply_ready.notify_all()
                 else:
                     self._on_order(message)
-        except (OSError, messages.MessageError) as error:
+        except (OSError, messages.MessageError, versioned.ProtocolError) as error:
             logger.debug("agent link read stopped: %s", error)
         finally:
             with self._reply_ready:

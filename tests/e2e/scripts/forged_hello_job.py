@@ -1,26 +1,28 @@
 """A worker that says hello twice on connections of its own, with the secret its agent gave it
 and with a wrong one, and prints which the agent kept open: only the agent's own worker process
 with its secret may speak for a rank. It also looks for its secret in every process's command
-line, and writes it to the file argv[1] for the test to look for in logs (stdlib only)."""
+line, and writes it to the file argv[1] for the test to look for in logs."""
 
-import json
 import os
 import socket
 import sys
 from pathlib import Path
+
+from trainguard.ipc import messages
+from trainguard.proto import versioned, worker_codec
 
 WAIT_SECONDS = 5.0  # an accepted connection stays open; a refused one is closed at once
 
 
 def kept_open(secret: str) -> bool:
     address = os.environ["TRAINGUARD_AGENT_SOCKET"]
-    hello = {"type": "hello", "rank": int(os.environ["RANK"]),
-             "local_rank": int(os.environ["LOCAL_RANK"]), "pid": os.getpid(),
-             "generation": int(os.environ["TRAINGUARD_GENERATION"]), "secret": secret}
+    hello = messages.Hello(rank=int(os.environ["RANK"]), local_rank=int(os.environ["LOCAL_RANK"]),
+                           pid=os.getpid(), generation=int(os.environ["TRAINGUARD_GENERATION"]),
+                           secret=secret)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.settimeout(WAIT_SECONDS)
         connection.connect("\0" + address[1:])
-        connection.sendall(json.dumps(hello).encode() + b"\n")
+        connection.sendall(versioned.frame(worker_codec.encode(hello)))
         try:
             return connection.recv(1) != b""
         except TimeoutError:
