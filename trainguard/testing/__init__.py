@@ -17,10 +17,10 @@ import psutil
 from trainguard.agent.control import ControlError, inject_fault
 from trainguard.ipc.messages import InjectionKind
 from trainguard.launcher import STORE_NAME
-from trainguard.store import api, sqlite
+from trainguard.store import api, sqlite, sqlite_kv
 
 __all__ = ["ControlError", "InjectionKind", "end_process_tree", "inject_fault",
-           "recorded_events"]
+           "key_value_store", "recorded_events"]
 
 
 def recorded_events(run_dir: Path, *kinds: str, after_id: int = 0, since: str | None = None,
@@ -51,3 +51,10 @@ def end_process_tree(pid: int) -> None:
     for process in descendants:
         with contextlib.suppress(psutil.Error):
             process.kill()
+
+
+def key_value_store() -> sqlite_kv.SqliteKeyValueStore:
+    """A key-value store in memory, for unit tests of what uses one: the embedded backend
+    itself, so it keeps every promise of the contract (revisions, compare-and-set, watches,
+    leases)."""
+    return sqlite_kv.SqliteKeyValueStore.open(":memory:")
