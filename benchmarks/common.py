@@ -128,6 +128,24 @@ def medians_by_tool(results: Sequence[dict[str, Any]], tools: Sequence[str],
             for tool in tools}
 
 
+def add_worst(summary: dict[str, dict[str, float | None]], results: Sequence[dict[str, Any]],
+              keys: Sequence[str]) -> None:
+    """Each tool's ``worst_<key>`` beside its medians (None if any trial has none): a target
+    holds in every trial, not only in the median one."""
+    for tool, values in summary.items():
+        for key in keys:
+            found = [r[key] for r in results if r["tool"] == tool]
+            values[f"worst_{key}"] = None if None in found else max(found, default=None)
+
+
+def write_trials(name: str, results: Sequence[dict[str, Any]],
+                 summary: dict[str, dict[str, float | None]], setup: str) -> None:
+    """Write a trial benchmark's result (every trial, the summary, the set-up) and show it."""
+    path = write_result(name, {"trials": list(results), "medians": summary, "setup": setup})
+    print(json.dumps(summary, indent=1))
+    print(f"written to {path}")
+
+
 def median(values: Iterable[float | None]) -> float | None:
     present = [value for value in values if value is not None]
     return statistics.median(present) if present else None

@@ -174,14 +174,12 @@ def main() -> None:
             print(json.dumps({"trial": number, **result}), flush=True)
     summary = {"dlrover": {key: common.median(r[key] for r in results)
                            for key in ("detect_seconds", "recover_seconds", "steps_lost")}}
-    path = common.write_result("recovery-dlrover", {
-        "trials": results, "medians": summary,
-        "setup": "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "
-                 "about 0.1 s per step, under dlrover-run --standalone (DLRover 0.6.1, "
-                 "torch 2.13.0); DLRover's flash checkpoint saves to shared memory every "
-                 "step and to disk every 25 steps"})
-    print(json.dumps(summary, indent=1))
-    print(f"written to {path}")
+    common.write_trials(
+        "recovery-dlrover", results, summary,
+        "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "
+        "about 0.1 s per step, under dlrover-run --standalone (DLRover 0.6.1, "
+        "torch 2.13.0); DLRover's flash checkpoint saves to shared memory every "
+        "step and to disk every 25 steps")
 
 
 if __name__ == "__main__":

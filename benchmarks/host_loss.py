@@ -26,7 +26,6 @@ from the job's own timeline (jobs/timeline.py) and the launchers' records:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -165,21 +164,16 @@ def main() -> None:
     summary: dict[str, dict[str, float | None]] = common.medians_by_tool(
         results, tools, ("detect_seconds", "recover_seconds", "steps_lost",
                          "processes_restarted"))
-    for tool, values in summary.items():  # targets hold in every trial, not the median
-        for key in ("detect_seconds", "recover_seconds", "steps_lost"):
-            found = [r[key] for r in results if r["tool"] == tool]
-            values[f"worst_{key}"] = None if None in found else max(found, default=None)
+    common.add_worst(summary, results, ("detect_seconds", "recover_seconds", "steps_lost"))
     name = "host-loss" if args.fault == "host" else "host-rank-kill"
-    path = common.write_result(name, {
-        "trials": results, "medians": summary,
-        "setup": "DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, 2 ranks per "
-                 "host, about 0.1 s per step; hosts are process trees on loopback; "
-                 f"{'host 1 killed whole' if args.fault == 'host' else 'rank 2 killed'}. "
-                 "trainguard: 2 hosts + 1 spare, snapshots to memory every "
-                 "step, Session.run; torchrun: 3 hosts in the job (c10d, --nnodes 2:3), "
-                 "torch.save every 25 steps, 6 ranks then 4"})
-    print(json.dumps(summary, indent=1))
-    print(f"written to {path}")
+    common.write_trials(
+        name, results, summary,
+        "DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, 2 ranks per "
+        "host, about 0.1 s per step; hosts are process trees on loopback; "
+        f"{'host 1 killed whole' if args.fault == 'host' else 'rank 2 killed'}. "
+        "trainguard: 2 hosts + 1 spare, snapshots to memory every "
+        "step, Session.run; torchrun: 3 hosts in the job (c10d, --nnodes 2:3), "
+        "torch.save every 25 steps, 6 ranks then 4")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import random
 import re
@@ -192,18 +191,14 @@ def main() -> None:
                                             root=root))
     summary = common.medians_by_tool(results, tools, (
         "detect_seconds", "recover_seconds", "steps_lost", "step_seconds", "init_group_seconds"))
-    for tool, values in summary.items():  # a hang target holds in every trial, not the median
-        detects = [r["detect_seconds"] for r in results if r["tool"] == tool]
-        values["worst_detect_seconds"] = None if None in detects else max(detects, default=None)
-    path = common.write_result(f"recovery-{args.fault}", {
-        "trials": results, "medians": summary,
-        "setup": "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "
-                 "about 0.1 s per step; trainguard snapshots to memory every step, torchrun "
-                 "saves with torch.save every 25 steps; trainguard = job-level restart "
-                 "(exit), trainguard-in-place = recover-in-place, trainguard-retry = step "
-                 "retry after a simulated device memory error"})
-    print(json.dumps(summary, indent=1))
-    print(f"written to {path}")
+    common.add_worst(summary, results, ("detect_seconds",))  # a hang target: every trial
+    common.write_trials(
+        f"recovery-{args.fault}", results, summary,
+        "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "
+        "about 0.1 s per step; trainguard snapshots to memory every step, torchrun "
+        "saves with torch.save every 25 steps; trainguard = job-level restart "
+        "(exit), trainguard-in-place = recover-in-place, trainguard-retry = step "
+        "retry after a simulated device memory error")
 
 
 if __name__ == "__main__":
