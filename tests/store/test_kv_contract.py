@@ -193,3 +193,21 @@ def test_a_second_client_of_the_same_file_sees_every_write(tmp_path: Path) -> No
             await second.close()
 
     assert asyncio.run(scenario()) == (1, b"2")
+
+
+def test_an_idle_watch_waits_between_looks(tmp_path: Path) -> None:
+    """A watch looks at the store once a poll when nothing changes (its own looks are no
+    change that wakes it)."""
+    async def scenario() -> int:
+        store = sqlite_kv.SqliteKeyValueStore.open(tmp_path / "kv.db")
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        try:
+            waiting = asyncio.ensure_future(anext(aiter(store.watch("", start_revision=1))))
+            await asyncio.sleep(1.0)
+            waiting.cancel()
+            return len(statements)
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) < 40 * 1.0 / sqlite_kv.POLL

@@ -60,7 +60,8 @@ class SqliteKeyValueStore:
                  clock: Callable[[], float] = time.time) -> None:
         self._db = connection
         self._clock = clock
-        self._watches: set[asyncio.Event] = set()  # each set by every write made here
+        self._watches: set[asyncio.Event] = set()  # each set by every change made here
+        self._changed = False  # the transaction under way changed something
 
     @classmethod
     def open(cls, path: Path | str, *, clock: Callable[[], float] = time.time
@@ -87,16 +88,12 @@ class SqliteKeyValueStore:
     # --- reads --------------------------------------------------------------------------------
 
     async def get(self, key: str) -> kv.Entry | None:
-        with self._writing():  # expiring leases may delete
-            pass
-        row = self._db.execute(f"SELECT {_ENTRY} FROM kv WHERE key = ?", (key,)).fetchone()
-        return kv.Entry(*row) if row else None
+        with self._writing():  # a read too: leases that ended must be ended first
+            return self._entry(key)
 
     async def list(self, prefix: str) -> kv.Listing:
-        with self._writing():
-            pass
         where, values = _under(prefix)
-        with self._read():
+        with self._writing():
             revision = self._revision()
             rows = self._db.execute(f"SELECT {_ENTRY} FROM kv WHERE {where} ORDER BY key",
                                     values).fetchall()
@@ -170,8 +167,6 @@ class SqliteKeyValueStore:
         while True:
             written.clear()
             with self._writing():
-                pass
-            with self._read():
                 (compacted,) = self._db.execute("SELECT compacted FROM kv_meta").fetchone()
                 if following <= compacted:
                     raise kv.CompactedError(
@@ -196,7 +191,8 @@ class SqliteKeyValueStore:
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        """One write transaction, in which leases that have ended are ended first."""
+        """One write transaction, in which leases that have ended are ended first: every
+        operation runs in one, reads too, so nothing is read under a lease already over."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -205,24 +201,16 @@ class SqliteKeyValueStore:
                     self._end_lease(lease)
                 yield
             except BaseException:
+                self._changed = False
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as error:
             raise api.StoreError(f"the key-value store failed: {error}") from error
-        for written in self._watches:
-            written.set()
-
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[None]:
-        try:
-            self._db.execute("BEGIN")
-            try:
-                yield
-            finally:
-                self._db.execute("COMMIT")
-        except sqlite3.Error as error:
-            raise api.StoreError(f"the key-value store failed: {error}") from error
+        if self._changed:
+            self._changed = False
+            for written in self._watches:
+                written.set()
 
     def _revision(self) -> int:
         (revision,) = self._db.execute("SELECT revision FROM kv_meta").fetchone()
@@ -249,6 +237,7 @@ class SqliteKeyValueStore:
                          (revision, str(kind), entry.key, entry.value, entry.create_revision,
                           entry.version, entry.lease))
         self._db.execute("UPDATE kv_meta SET revision = ?", (revision,))
+        self._changed = True
         if revision - HISTORY > 0 and revision % 100 == 0:
             self._db.execute("DELETE FROM kv_changes WHERE revision <= ?", (revision - HISTORY,))
             self._db.execute("UPDATE kv_meta SET compacted = ?", (revision - HISTORY,))
