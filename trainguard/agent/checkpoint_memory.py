@@ -1,11 +1,14 @@
 """The agent's checkpoint memory: snapshots in shared memory, persisted in the background.
 
-Workers copy their state into slots this component owns (:mod:`.snapshot_slots`) and tell it when
-a snapshot is committed. A step is *complete* once every rank has committed it. The newest complete
-step is checksummed and, every ``persist_interval`` seconds, persisted to disk by the persister
-process; training never waits for either. After a fault, :meth:`CheckpointMemory.plan_restore`
-picks the newest complete step that is intact in memory, else the newest complete checkpoint on
-disk that verifies, and says why each newer candidate was skipped.
+Workers copy their state into slots this component owns (:mod:`.snapshot_slots`) and tell it
+when a snapshot is committed. A step is *complete* once every rank has committed it. The newest
+complete step is checksummed and, every ``persist_interval`` seconds, persisted to disk by the
+persister process (across hosts, the step the job's controller orders, the same on every host:
+:meth:`CheckpointMemory.persist`); training never waits for either. A spare host that takes a
+lost node's ranks takes that node's checkpoint directory too (:meth:`CheckpointMemory.take`).
+After a fault, :meth:`CheckpointMemory.plan_restore` picks the newest complete step that is
+intact in memory, else the newest complete checkpoint on disk that verifies, and says why each
+newer candidate was skipped.
 
 A checkpoint directory that fills up or turns read-only does not stop training: the failure is
 warned about once, with the free space, until a write succeeds again, and :meth:`lag` tells the
@@ -13,9 +16,9 @@ end of the run how far the disk is behind memory.
 
 Why one module past 500 lines: persisting, restore planning and the inventory reported to the
 controller (``held_steps``, ``disk_steps``) all read the same slots and the same record of what
-is on disk (``_persisted_step``), and each changes what the others see (a restore plan rolls
-the record back; a persist moves it on). The value a plan produces (:class:`RestoreChoice`,
-with :func:`redone_steps`) is what would move out next if it grows.
+is on disk (``_persisted_step``), and each changes what the others see (a restore plan rolls the
+record back; a persist, timed here or ordered, moves it on). The value a plan produces
+(:class:`RestoreChoice`, with :func:`redone_steps`) is what would move out next if it grows.
 """
 
 from __future__ import annotations

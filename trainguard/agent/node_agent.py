@@ -14,10 +14,13 @@ decided or done elsewhere already is (attribution, the launcher, the watchdog, f
 checkpoint memory, the rendezvous stores); splitting the commands from the message handling would
 hand that mutable generation across modules and make each side's invariants the other's. The
 controller reaches it only through :mod:`.controller_link` (commands with ids, reports). Across
-hosts it grew by the commands a host needs (serve a store, leave, take a lost host's ranks) and
-took restore steps and donors from the controller instead of choosing them; what shrinks it next
-is the workers' message handling (``worker_message`` and its replies) moving to a handler of its
-own once the workers' link speaks protobuf.
+hosts it grew by the commands a host needs (serve a store, leave, take a lost host's ranks,
+persist the step ordered) and took restore steps and donors from the controller instead of
+choosing them. The workers' message handling (``worker_message``, about 130 lines) stays: each
+message changes the current generation's workers and wakes the waits above, through the same
+detector, statistics, attribution and checkpoint memory; a handler of its own would take all of
+them, the agent in all but name. Its wire format is already apart (:mod:`trainguard.proto.
+worker_codec`).
 """
 
 from __future__ import annotations
