@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Exactly the torch the measurements in the README were made with (the extra allows 2.13.x).
 TORCH := torch==2.13.0
 
-.PHONY: run test lint proto clean
+.PHONY: run test lint etcd proto clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[torch,report,nvidia,dev]' $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[torch,report,nvidia,etcd,dev]' $(TORCH)
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run
@@ -28,7 +28,14 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+# The tests start a real etcd on loopback (tests/store): Debian's etcd-server, installed here
+# when missing and this runs as root (CI); elsewhere its tests are skipped, saying so.
+etcd:
+	@command -v etcd >/dev/null || [ "$$(id -u)" != 0 ] || { \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	        --no-install-recommends etcd-server >/dev/null; }
+
+test: lint etcd
 	$(BIN)/pytest
 
 # The Python code generated from trainguard/proto/*.proto, committed beside it; the pinned

@@ -22,7 +22,7 @@ def _declared() -> set[str]:
     # how to install it when it is missing.
     extras = project["optional-dependencies"]
     requirements = [*project["dependencies"], *extras["torch"], *extras["nvidia"],
-                    *extras["report"]]
+                    *extras["report"], *extras["etcd"]]
     return {re.split(r"[\s<>=!~\[;]", item, maxsplit=1)[0].lower().replace("_", "-")
             for item in requirements}
 

@@ -12,19 +12,22 @@ from typing import TypeVar
 import pytest
 
 from trainguard import testing
-from trainguard.store import kv, sqlite_kv
+from trainguard.store import kv, sqlite_kv, urls
 
 T = TypeVar("T")
 
 Opener = Callable[[], kv.KeyValueStore]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "etcd"])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     """Opens the backend under test (each call another client of the same store, where the
     backend has more than one)."""
     if request.param == "sqlite":
-        return lambda: sqlite_kv.SqliteKeyValueStore.open(tmp_path / "kv.db")
+        return lambda: urls.open_store(f"sqlite://{tmp_path}/kv.db")
+    if request.param == "etcd":
+        url = request.getfixturevalue("etcd_url")
+        return lambda: urls.open_store(url)
     memory = testing.key_value_store()  # the fake of unit tests
     return lambda: memory
 
@@ -132,8 +135,23 @@ def test_a_watch_replays_from_its_revision_then_follows(opener: Opener) -> None:
                                 ("put", "jobs/b", b"2", 0)]
 
 
-def test_a_watch_from_compacted_history_is_refused(opener: Opener,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_watch_from_compacted_history_is_refused(opener: Opener) -> None:
+    async def use(store: kv.KeyValueStore) -> None:
+        first = await store.put("k", b"0")
+        for number in range(1, 5):
+            last = await store.put("k", str(number).encode())
+        await store.compact(last)
+        with pytest.raises(kv.CompactedError,
+                           match=f"changes from revision {first} are compacted"):
+            await anext(aiter(store.watch("k", start_revision=first)))
+        recent = await anext(aiter(store.watch("k", start_revision=last)))
+        assert recent.entry.value == b"4"
+
+    run(opener, use)
+
+
+def test_the_embedded_store_compacts_history_past_what_it_keeps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite_kv, "HISTORY", 50)
 
     async def use(store: kv.KeyValueStore) -> None:
@@ -146,7 +164,7 @@ def test_a_watch_from_compacted_history_is_refused(opener: Opener,
         recent = await anext(aiter(store.watch("k", start_revision=newest.mod_revision)))
         assert recent.entry.value == b"119"
 
-    run(opener, use)
+    run(lambda: sqlite_kv.SqliteKeyValueStore.open(tmp_path / "kv.db"), use)
 
 
 def test_a_lease_ends_with_its_keys_unless_kept_alive(opener: Opener) -> None:

@@ -10,7 +10,8 @@ unless kept alive, and takes the keys written under it along (a controller's lea
 host's presence).
 
 Backends: the embedded SQLite (:mod:`trainguard.store.sqlite_kv`, default, one host; with
-``:memory:`` also the fake for unit tests) and etcd (issue 12, next). One contract test suite
+``:memory:`` also the fake for unit tests) and etcd (:mod:`trainguard.store.etcd_kv`), opened
+from a URL by :mod:`trainguard.store.urls`. One contract test suite
 (``tests/store/test_kv_contract.py``) runs against each.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 __all__ = ["Change", "ChangeKind", "CompactedError", "ConflictError", "Entry", "KeyValueStore",
-           "LeaseLostError", "Listing", "prefix_end"]
+           "LeaseLostError", "Listing", "UnavailableError", "prefix_end"]
 
 
 class ConflictError(RuntimeError):
@@ -41,6 +42,11 @@ class LeaseLostError(RuntimeError):
 
 class CompactedError(RuntimeError):
     """A watch asked for changes older than the store still keeps."""
+
+
+class UnavailableError(RuntimeError):
+    """No member of the store answered in time: what was asked may or may not have been done
+    (a write that timed out may have been applied), so the caller reads before it retries."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +131,10 @@ class KeyValueStore(Protocol):
         Raises (from the iteration):
             CompactedError: changes from ``start_revision`` are no longer kept.
         """
+        ...
+
+    async def compact(self, revision: int) -> None:
+        """Forget the history before ``revision``: watches may start there or later."""
         ...
 
     async def close(self) -> None: ...

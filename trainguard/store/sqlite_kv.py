@@ -184,6 +184,10 @@ class SqliteKeyValueStore:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(written.wait(), POLL)
 
+    async def compact(self, revision: int) -> None:
+        with self._writing():
+            self._compact(min(revision, self._revision() + 1) - 1)
+
     async def close(self) -> None:
         self._db.close()
 
@@ -239,8 +243,12 @@ class SqliteKeyValueStore:
         self._db.execute("UPDATE kv_meta SET revision = ?", (revision,))
         self._changed = True
         if revision - HISTORY > 0 and revision % 100 == 0:
-            self._db.execute("DELETE FROM kv_changes WHERE revision <= ?", (revision - HISTORY,))
-            self._db.execute("UPDATE kv_meta SET compacted = ?", (revision - HISTORY,))
+            self._compact(revision - HISTORY)
+
+    def _compact(self, through: int) -> None:
+        """History up to and including revision ``through`` goes."""
+        self._db.execute("DELETE FROM kv_changes WHERE revision <= ?", (through,))
+        self._db.execute("UPDATE kv_meta SET compacted = max(compacted, ?)", (through,))
 
 
 def _under(prefix: str) -> tuple[str, tuple[str, ...]]:
