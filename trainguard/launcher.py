@@ -47,6 +47,7 @@ from trainguard.controller import (
     cluster_view,
     device_levels,
     fault_config,
+    fault_history,
     job_controller,
     policy,
     service,
@@ -58,7 +59,7 @@ from trainguard.ipc import checkpoint_layout
 from trainguard.job import events
 from trainguard.proto import channel, control_pb2, grpc_channel
 from trainguard.store import api as store_api
-from trainguard.store import recorder, sqlite
+from trainguard.store import recorder, sqlite, sqlite_kv
 from trainguard.telemetry import live, metrics
 
 __all__ = [
@@ -294,14 +295,24 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         clock=clock, base_env=env, on_injection=note_injection)
     config = (fault_config.FaultConfigDirectory(settings.fault_config_dir)
               if settings.fault_config_dir is not None else None)
-    engine = device_health.FaultEngine()
     if config is not None:
         _, problems = config.poll()
         events_recorder.record(events.FaultConfigLoaded(
             job=agent_settings.run_id, directory=str(config.directory), reloaded=False,
             problems=[problem.describe() for problem in problems]))
-        engine = device_health.FaultEngine(table=config.config.codes,
-                                           customization=config.config.customization)
+    table, customization = ((config.config.codes, config.config.customization)
+                            if config is not None else (None, None))
+    held = contextlib.AsyncExitStack()
+    engine: device_health.FaultEngine
+    if connection is None:
+        # The devices' fault history outlives this run: a run again with the same id
+        # counts it. (Across hosts, the job's controller keeps it.)
+        history_store = sqlite_kv.SqliteKeyValueStore.open(run_dir / service.KV_NAME)
+        held.push_async_callback(history_store.close)
+        engine = await held.enter_async_context(fault_history.kept(
+            history_store, table=table, customization=customization))
+    else:
+        engine = device_health.FaultEngine(table=table, customization=customization)
     driver: _Driver
     if connection is None:
         # The controller drives this host's agent through the controller protocol, as it
@@ -371,6 +382,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
             _publish_once(agent, events_recorder, tally, exporter, clock=clock)
             if server is not None:
                 server.close()
+            await held.aclose()
             store.close()
     return RunReport(
         result=result, run_dir=run_dir, store_path=store.path, checkpoint_dir=memory.directory.root,

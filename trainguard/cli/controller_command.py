@@ -38,12 +38,17 @@ def controller(
     host_wait: Annotated[float, typer.Option(
         help="Seconds a recovery waits for a spare host when a host is lost and none is "
              "ready; then the job fails, saying why.")] = 30.0,
+    store: Annotated[str | None, typer.Option(
+        help="Where the controller keeps what it must not lose (the devices' fault history, "
+             "which escalation counts across restarts): sqlite:///PATH, or "
+             "etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE] (needs trainguard[etcd]). Default: "
+             "RUN_ROOT/controller.db.")] = None,
 ) -> None:
     """Serve as the controller of jobs across hosts (trainguard run --nnodes N)."""
     observer = console_output.ConsoleObserver()
     try:
         settings = service.ControllerSettings(run_root=run_root, host_lease=host_lease,
-                                              host_wait=host_wait)
+                                              host_wait=host_wait, store=store)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     # Hosts joining and where each generation meets are what an operator watches for here.
@@ -61,7 +66,7 @@ def controller(
         host = listen.rpartition(":")[0]
         # Flushed at once: whoever started the controller may be waiting for its port.
         typer.echo(f"trainguard controller listening on {host}:{port}; job state under "
-                   f"{run_root}")
+                   f"{run_root}, fault history in {settings.store_url}")
         sys.stdout.flush()
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -24,12 +24,18 @@ from google.protobuf import message as protobuf_message
 
 from trainguard import clock as clocks
 from trainguard import owner_only
-from trainguard.controller import agent_proxy, cluster_agents, job_controller, policy
+from trainguard.controller import (
+    agent_proxy,
+    cluster_agents,
+    fault_history,
+    job_controller,
+    policy,
+)
 from trainguard.job import events
 from trainguard.proto import channel as channels
 from trainguard.proto import codec, grpc_channel, versioned
 from trainguard.proto import control_pb2 as pb
-from trainguard.store import recorder, sqlite
+from trainguard.store import api, kv, recorder, sqlite, urls
 
 __all__ = ["REGISTER_TIMEOUT", "ControllerService", "JoinError", "recovery_from_pb",
            "recovery_to_pb"]
@@ -38,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
 STORE_NAME = "state.db"
+KV_NAME = "controller.db"
 
 
 class JoinError(RuntimeError):
@@ -165,6 +172,13 @@ class ControllerSettings:
     host_wait: float = 30.0
     """Seconds a recovery waits for a spare host when a host is lost and no spare is ready
     (one may join: trainguard run again on any host); then the job fails, saying so."""
+    store: str | None = None
+    """The URL of the store of what the controller must not lose (the devices' fault
+    history); None: ``sqlite://<run root>/controller.db``."""
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"sqlite://{self.run_root / KV_NAME}"
 
     def __post_init__(self) -> None:
         for name in ("link_timeout", "host_lease"):
@@ -187,6 +201,8 @@ class ControllerService:
                                                   lease=settings.host_lease)
         self.results: dict[str, job_controller.JobResult] = {}
         """The last result of each job run here, by job id."""
+        self._held = contextlib.AsyncExitStack()  # the store and the history, while serving
+        self._device_faults: fault_history.DeviceFaultHistory | None = None
 
     def status(self) -> pb.ClusterStatus:
         """Every job known here: its hosts (holding ranks, lost, spare) and its generation."""
@@ -208,19 +224,35 @@ class ControllerService:
         return status
 
     async def start(self, listen: str) -> int:
-        """Listen on ``HOST:PORT``; returns the port.
+        """Open the store, take up the devices' fault history, and listen on ``HOST:PORT``;
+        returns the port.
 
         Raises:
-            OSError: the address cannot be bound.
+            OSError: the address cannot be bound, or the store cannot be opened or read (the
+                message names it).
         """
         self.settings.run_root.mkdir(parents=True, exist_ok=True)
-        return await self._server.start(listen)
+        url = self.settings.store_url
+        try:
+            store = urls.open_store(url)
+            self._held.push_async_callback(store.close)
+            self._device_faults = await self._held.enter_async_context(
+                fault_history.kept(store))
+        except (urls.StoreUrlError, kv.UnavailableError, api.StoreError) as error:
+            await self._held.aclose()
+            raise OSError(f"the store {url}: {error}") from error
+        try:
+            return await self._server.start(listen)
+        except OSError:
+            await self._held.aclose()
+            raise
 
     async def stop(self) -> None:
         for run in list(self._runs):
             run.cancel()
         await asyncio.gather(*self._runs, return_exceptions=True)
         await self._server.stop()
+        await self._held.aclose()
 
     async def _agent_joined(self, channel: channels.Channel, peer: str) -> None:
         try:
@@ -296,7 +328,7 @@ class ControllerService:
             controller = job_controller.JobController(
                 recovery_from_pb(first.recovery), job=first.job,
                 world_size=first.nnodes * first.nproc_per_node, agent=agents,
-                recorder=events_recorder, clock=self._clock)
+                recorder=events_recorder, clock=self._clock, device_faults=self._device_faults)
             persists = asyncio.create_task(agents.order_persists(first.persist_interval),
                                            name=f"job-{first.job}-persists")
             try:
