@@ -100,10 +100,10 @@ class _Away(sqlite_kv.SqliteKeyValueStore):
     back = False
 
     async def put(self, key: str, value: bytes, *, expect: int | None = None,
-                  lease: int = 0) -> int:
+                  lease: int = 0, fence: kv.Fence | None = None) -> int:
         if not self.back:
             raise kv.UnavailableError("no etcd member of 127.0.0.1:1 answered")
-        return await super().put(key, value, expect=expect, lease=lease)
+        return await super().put(key, value, expect=expect, lease=lease, fence=fence)
 
 
 def test_history_waits_for_a_store_out_of_reach_and_catches_up(

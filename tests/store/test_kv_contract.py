@@ -229,3 +229,32 @@ def test_an_idle_watch_waits_between_looks(tmp_path: Path) -> None:
             await store.close()
 
     assert asyncio.run(scenario()) < 40 * 1.0 / sqlite_kv.POLL
+
+
+def test_a_fenced_write_holds_only_while_its_fence_stands(opener: Opener) -> None:
+    """A controller's writes are fenced by its leader key: once another holds it, they are
+    refused and change nothing."""
+    async def use(store: kv.KeyValueStore) -> list[str]:
+        mine = kv.Fence("leader", await store.put("leader", b"a"))
+        written = await store.put("jobs/a", b"1", fence=mine)
+        assert await store.delete("jobs/b", fence=mine) is False
+        theirs = kv.Fence("leader", await store.put("leader", b"b"))  # another leads now
+        refusals = []
+        attempts: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.put("jobs/a", b"2", fence=mine),
+            lambda: store.put("jobs/a", b"2", fence=mine, expect=written),
+            lambda: store.delete("jobs/a", fence=mine)]
+        for attempt in attempts:
+            with pytest.raises(kv.FencedError) as caught:
+                await attempt()
+            refusals.append(str(caught.value))
+        entry = await store.get("jobs/a")
+        assert entry is not None
+        assert (entry.value, entry.mod_revision) == (b"1", written)
+        with pytest.raises(kv.ConflictError):  # their fence holds: then expect is checked
+            await store.put("jobs/a", b"3", fence=theirs, expect=0)
+        return refusals
+
+    refusals = run(opener, use)
+    assert all(r.startswith("fence 'leader' is last changed at revision ") for r in refusals)
+    assert all(r.endswith(": not written") for r in refusals)

@@ -77,18 +77,15 @@ class EtcdKeyValueStore:
     # --- writes -------------------------------------------------------------------------------
 
     async def put(self, key: str, value: bytes, *, expect: int | None = None,
-                  lease: int = 0) -> int:
+                  lease: int = 0, fence: kv.Fence | None = None) -> int:
         name = self._key(key)
 
         async def write(client: aetcd.Client) -> int:
-            if expect is None:
+            if expect is None and fence is None:
                 return int((await client.put(name, value, lease=lease or None)).header.revision)
-            succeeded, responses = await client.transaction(
-                compare=[client.transactions.mod(name) == expect],
-                success=[client.transactions.put(name, value, lease=lease or None)],
-                failure=[client.transactions.get(name)])
-            if not succeeded:
-                raise kv.ConflictError(key, expect, _found(responses))
+            responses = await self._conditional(
+                client, key, client.transactions.put(name, value, lease=lease or None),
+                expect=expect, fence=fence)
             return int(responses[0].response_put.header.revision)
 
         try:
@@ -99,20 +96,43 @@ class EtcdKeyValueStore:
                                         ) from error
             raise
 
-    async def delete(self, key: str, *, expect: int | None = None) -> bool:
+    async def delete(self, key: str, *, expect: int | None = None,
+                     fence: kv.Fence | None = None) -> bool:
         name = self._key(key)
 
         async def remove(client: aetcd.Client) -> bool:
-            compare = [] if expect is None else [client.transactions.mod(name) == expect]
-            succeeded, responses = await client.transaction(
-                compare=compare, success=[client.transactions.delete(name)],
-                failure=[client.transactions.get(name)])
-            if not succeeded:
-                assert expect is not None
-                raise kv.ConflictError(key, expect, _found(responses))
+            responses = await self._conditional(client, key, client.transactions.delete(name),
+                                                expect=expect, fence=fence)
             return bool(responses[0].response_delete_range.deleted)
 
         return await self._call(remove, safe=False)
+
+    async def _conditional(self, client: aetcd.Client, key: str, operation: object, *,
+                           expect: int | None, fence: kv.Fence | None) -> Sequence[Any]:
+        """``operation`` in one transaction, if the fence and ``expect`` hold; the responses.
+
+        Raises:
+            kv.FencedError, kv.ConflictError: one does not (the fence is looked at first).
+        """
+        name = self._key(key)
+        compare = []
+        if fence is not None:
+            compare.append(client.transactions.mod(self._key(fence.key)) == fence.revision)
+        if expect is not None:
+            compare.append(client.transactions.mod(name) == expect)
+        looked_at = [client.transactions.get(name)]
+        if fence is not None:
+            looked_at.insert(0, client.transactions.get(self._key(fence.key)))
+        succeeded, responses = await client.transaction(
+            compare=compare, success=[operation], failure=looked_at)
+        if succeeded:
+            return tuple(responses)
+        if fence is not None:
+            fence_found = _found(responses[0])
+            if fence_found != fence.revision:
+                raise kv.FencedError(fence, fence_found)
+        assert expect is not None
+        raise kv.ConflictError(key, expect, _found(responses[-1]))
 
     async def grant(self, ttl: float) -> int:
         if not ttl > 0:
@@ -262,8 +282,7 @@ class EtcdKeyValueStore:
             entry.lease), revision)
 
 
-def _found(responses: list[object]) -> int:
-    """The key's last change from a failed transaction's ``get`` (0: absent)."""
-    found = responses[0] if responses else []
-    assert isinstance(found, list)
-    return int(found[0][1].mod_revision) if found else 0
+def _found(response: object) -> int:
+    """A key's last change from a failed transaction's ``get`` (0: absent)."""
+    assert isinstance(response, list)
+    return int(response[0][1].mod_revision) if response else 0

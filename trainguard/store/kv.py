@@ -22,8 +22,9 @@ import enum
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-__all__ = ["Change", "ChangeKind", "CompactedError", "ConflictError", "Entry", "KeyValueStore",
-           "LeaseLostError", "Listing", "UnavailableError", "prefix_end"]
+__all__ = ["Change", "ChangeKind", "CompactedError", "ConflictError", "Entry", "Fence",
+           "FencedError", "KeyValueStore", "LeaseLostError", "Listing", "UnavailableError",
+           "prefix_end"]
 
 
 class ConflictError(RuntimeError):
@@ -34,6 +35,25 @@ class ConflictError(RuntimeError):
         wanted = f"revision {expected}" if expected else "absent"
         super().__init__(f"key {key!r} is {state}, the write expected it {wanted}")
         self.key, self.expected, self.found = key, expected, found
+
+
+@dataclasses.dataclass(frozen=True)
+class Fence:
+    """A write's condition on another key: it holds only while ``key`` was last changed at
+    ``revision`` (a leader's key: a deposed controller's writes are refused)."""
+
+    key: str
+    revision: int
+
+
+class FencedError(RuntimeError):
+    """A fenced write found its fence moved: whoever wrote has lost the right to."""
+
+    def __init__(self, fence: Fence, found: int) -> None:
+        state = f"last changed at revision {found}" if found else "absent"
+        super().__init__(f"fence {fence.key!r} is {state}, not at revision {fence.revision}: "
+                         "not written")
+        self.fence, self.found = fence, found
 
 
 class LeaseLostError(RuntimeError):
@@ -88,22 +108,26 @@ class KeyValueStore(Protocol):
         ...
 
     async def put(self, key: str, value: bytes, *, expect: int | None = None,
-                  lease: int = 0) -> int:
+                  lease: int = 0, fence: Fence | None = None) -> int:
         """Write ``key``; returns the revision of the write.
 
         ``expect``: write only if the key was last changed at that revision (0: only if it is
-        absent). ``lease``: the key is deleted when the lease ends.
+        absent). ``lease``: the key is deleted when the lease ends. ``fence``: write only while
+        it holds.
 
         Raises:
+            FencedError: ``fence`` does not hold (nothing written; checked first).
             ConflictError: ``expect`` does not hold (nothing written).
             LeaseLostError: the lease has ended (nothing written).
         """
         ...
 
-    async def delete(self, key: str, *, expect: int | None = None) -> bool:
+    async def delete(self, key: str, *, expect: int | None = None,
+                     fence: Fence | None = None) -> bool:
         """Delete ``key``; False if it was absent.
 
         Raises:
+            FencedError: ``fence`` does not hold (nothing deleted; checked first).
             ConflictError: ``expect`` does not hold (nothing deleted).
         """
         ...

@@ -102,8 +102,9 @@ class SqliteKeyValueStore:
     # --- writes -------------------------------------------------------------------------------
 
     async def put(self, key: str, value: bytes, *, expect: int | None = None,
-                  lease: int = 0) -> int:
+                  lease: int = 0, fence: kv.Fence | None = None) -> int:
         with self._writing():
+            self._check_fence(fence)
             old = self._entry(key)
             _check(key, expect, old)
             if lease and not self._db.execute("SELECT 1 FROM kv_leases WHERE id = ?",
@@ -117,8 +118,10 @@ class SqliteKeyValueStore:
             self._record(kv.ChangeKind.PUT, entry)
             return revision
 
-    async def delete(self, key: str, *, expect: int | None = None) -> bool:
+    async def delete(self, key: str, *, expect: int | None = None,
+                     fence: kv.Fence | None = None) -> bool:
         with self._writing():
+            self._check_fence(fence)
             old = self._entry(key)
             _check(key, expect, old)
             if old is None:
@@ -223,6 +226,14 @@ class SqliteKeyValueStore:
     def _entry(self, key: str) -> kv.Entry | None:
         row = self._db.execute(f"SELECT {_ENTRY} FROM kv WHERE key = ?", (key,)).fetchone()
         return kv.Entry(*row) if row else None
+
+    def _check_fence(self, fence: kv.Fence | None) -> None:
+        if fence is None:
+            return
+        held = self._entry(fence.key)
+        found = held.mod_revision if held else 0
+        if found != fence.revision:
+            raise kv.FencedError(fence, found)
 
     def _end_lease(self, lease: int) -> None:
         for row in self._db.execute(f"SELECT {_ENTRY} FROM kv WHERE lease = ? ORDER BY key",
