@@ -13,7 +13,7 @@ import pytest
 from trainguard.controller import fault_history
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
-from trainguard.store import kv, sqlite_kv
+from trainguard.store import kv, sqlite_kv, trailing
 
 UCE = "80E01801"  # a memory error: twice in 24 h -> ManuallySeparateNPU
 DAY = 86400.0
@@ -30,7 +30,7 @@ async def _restarted(path: Path, before: list[DeviceFaultEvent],
     first = await fault_history.DeviceFaultHistory.load(store)
     for event in before:
         first.report(event)
-    await first.flush()
+    await first.writer.flush()
     await store.close()
     store = sqlite_kv.SqliteKeyValueStore.open(path)
     try:
@@ -60,7 +60,7 @@ def test_a_release_by_the_operator_survives_the_restart(tmp_path: Path) -> None:
         first.report(_uce(1000.0))
         separated = first.report(_uce(1060.0)).level
         first.release("host-a/device-0", 2000.0)
-        await first.flush()
+        await first.writer.flush()
         second = await fault_history.DeviceFaultHistory.load(store)
         after = second.health("host-a/device-0", 2100.0).level
         await store.close()
@@ -78,12 +78,12 @@ def test_a_device_with_nothing_to_remember_leaves_the_store(tmp_path: Path) -> N
         history.report(_uce(1000.0))
         history.report(DeviceFaultEvent("host-a/device-1", "80E18005", Assertion.OCCUR, 1000.0))
         history.report(DeviceFaultEvent("host-a/device-1", "80E18005", Assertion.RECOVER, 1001.0))
-        await history.flush()
+        await history.writer.flush()
         held = [entry.key for entry in (await store.list(fault_history.PREFIX)).entries]
         # A day later the occurrences are out of the window: a new controller forgets them.
         later = await fault_history.DeviceFaultHistory.load(store)
         later.sweep(1000.0 + DAY + 10)
-        await later.flush()
+        await later.writer.flush()
         left = [entry.key for entry in (await store.list(fault_history.PREFIX)).entries]
         await store.close()
         return held, left
@@ -108,28 +108,25 @@ class _Away(sqlite_kv.SqliteKeyValueStore):
 
 def test_history_waits_for_a_store_out_of_reach_and_catches_up(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fault_history, "RETRY_SECONDS", 0.05)
+    monkeypatch.setattr(trailing, "RETRY_SECONDS", 0.05)
 
     async def scenario() -> tuple[Level, int, list[dict[str, object]]]:
         store = _Away.open(":memory:")
         assert isinstance(store, _Away)
         history = await fault_history.DeviceFaultHistory.load(store)
-        writer = asyncio.create_task(history.run())
+        writer = asyncio.create_task(history.writer.run())
         history.report(_uce(1000.0))
         level = history.report(_uce(1060.0)).level  # the engine goes on meanwhile
         await asyncio.sleep(0.3)
-        waiting = history.unwritten
+        waiting = history.writer.unwritten
         store.back = True
-        for _ in range(100):
-            if not history.unwritten:
-                break
-            await asyncio.sleep(0.05)
+        assert await history.writer.settle(5.0)
         writer.cancel()
         entry = await store.get(fault_history.PREFIX + "host-a/device-0")
         assert entry is not None
         return level, waiting, json.loads(entry.value)
 
-    with caplog.at_level(logging.WARNING, logger=fault_history.__name__):
+    with caplog.at_level(logging.WARNING, logger=trailing.__name__):
         level, waiting, written = asyncio.run(scenario())
     assert level is Level.MANUALLY_SEPARATE_NPU
     assert waiting == 1
@@ -146,7 +143,7 @@ def test_a_damaged_record_costs_only_its_device(tmp_path: Path,
         await store.put(fault_history.PREFIX + "host-b/device-0", b'[{"time": "x"}]')
         history = await fault_history.DeviceFaultHistory.load(store)
         history.report(_uce(1000.0))
-        await history.flush()
+        await history.writer.flush()
         again = await fault_history.DeviceFaultHistory.load(store)
         await store.close()
         return again.report(_uce(1060.0)).level
@@ -166,7 +163,7 @@ def test_the_controller_takes_up_the_history_of_its_store(tmp_path: Path) -> Non
         before = await fault_history.DeviceFaultHistory.load(store)
         before.report(_uce(1000.0))
         before.report(_uce(1060.0))
-        await before.flush()
+        await before.writer.flush()
         await store.close()
         controller = service.ControllerService(
             service.ControllerSettings(run_root=tmp_path / "runs", store=url))

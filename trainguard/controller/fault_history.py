@@ -8,10 +8,9 @@ changed something (a duration judgment or a release window that time alone decid
 controller replays them, in time order, under the configuration in force when it starts.
 
 A device's records go once it has nothing left to remember (no current fault, no escalation
-state, a normal level), and only its newest :data:`KEPT` are kept. Writes trail the engine:
-each change marks its device, and :meth:`DeviceFaultHistory.run` writes the marked devices'
-records. While the store cannot be reached, the changes wait and are written when it answers
-again, newest state only; the engine keeps working meanwhile.
+state, a normal level), and only its newest :data:`KEPT` are kept. Writes trail the engine
+(:class:`~trainguard.store.trailing.TrailingWriter`): the engine never waits for the store,
+and while the store cannot be reached the records wait and are written when it answers.
 """
 
 from __future__ import annotations
@@ -22,12 +21,12 @@ import dataclasses
 import enum
 import json
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
 from trainguard.faults.device import customization as customizations
 from trainguard.faults.device import device_health, fault_codes
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
-from trainguard.store import kv
+from trainguard.store import kv, trailing
 
 __all__ = ["KEPT", "PREFIX", "Action", "DeviceFaultHistory", "HistoryRecord", "kept"]
 
@@ -37,8 +36,6 @@ PREFIX = "faults/devices/"
 """Each device's records are the JSON list under ``PREFIX + device``."""
 KEPT = 1000
 """Records kept per device, the newest."""
-RETRY_SECONDS = 1.0
-"""Pause between attempts to write while the store cannot be reached."""
 FLUSH_TIMEOUT = 10.0
 """Seconds the last writes may take when the history is put away."""
 
@@ -89,27 +86,24 @@ class DeviceFaultHistory(device_health.FaultEngine):
     """A fault engine whose every input is recorded in ``store`` (and replayed by :meth:`load`)."""
 
     def __init__(self, store: kv.KeyValueStore, *, table: fault_codes.CodeTable | None = None,
-                 customization: customizations.Customization | None = None) -> None:
+                 customization: customizations.Customization | None = None,
+                 fence: kv.Fence | None = None) -> None:
         super().__init__(table=table, customization=customization)
-        self._store = store
         self._records: dict[str, list[HistoryRecord]] = {}
-        self._marked: dict[str, int] = {}
-        """Devices whose newest records the store lacks, in order, each with its change's
-        number: a write clears the mark only if no change came while it was under way."""
-        self._changes = 0
-        self._marking = asyncio.Event()
-        self._unreachable_since: float | None = None
+        self.writer = trailing.TrailingWriter(store, what="the device fault history",
+                                              fence=fence)
 
     @classmethod
     async def load(cls, store: kv.KeyValueStore, *, table: fault_codes.CodeTable | None = None,
-                   customization: customizations.Customization | None = None
-                   ) -> DeviceFaultHistory:
-        """The engine as the records in ``store`` left it.
+                   customization: customizations.Customization | None = None,
+                   fence: kv.Fence | None = None) -> DeviceFaultHistory:
+        """The engine as the records in ``store`` left it; ``fence``: its writes hold only
+        while it stands (a controller's leadership).
 
         Raises:
             kv.UnavailableError: the store cannot be read.
         """
-        history = cls(store, table=table, customization=customization)
+        history = cls(store, table=table, customization=customization, fence=fence)
         listing = await store.list(PREFIX)
         merged: list[tuple[float, int, str, HistoryRecord]] = []
         for entry in listing.entries:
@@ -131,8 +125,8 @@ class DeviceFaultHistory(device_health.FaultEngine):
             history._apply(device, record)
         remembered = set(history.devices())
         for device in [device for device in history._records if device not in remembered]:
-            history._records[device].clear()  # aged out meanwhile: forgotten at the next write
-            history._mark(device)
+            del history._records[device]  # aged out meanwhile: forgotten
+            history.writer.set(PREFIX + device, None)
         logger.info("device fault history: %d records of %d devices replayed", len(merged),
                     len(history._records))
         return history
@@ -169,96 +163,38 @@ class DeviceFaultHistory(device_health.FaultEngine):
         return health
 
     def _note(self, device: str, record: HistoryRecord) -> None:
+        if device not in self.devices():  # nothing left to remember: the store forgets it too
+            self._records.pop(device, None)
+            self.writer.set(PREFIX + device, None)
+            return
         records = self._records.setdefault(device, [])
         records.append(record)
         del records[:-KEPT]
-        if device not in self.devices():
-            records.clear()  # nothing left to remember: the store forgets it too
-        self._mark(device)
-
-    def _mark(self, device: str) -> None:
-        self._changes += 1
-        self._marked[device] = self._changes
-        self._marking.set()
-
-    # --- writing ------------------------------------------------------------------------------
-
-    @property
-    def unwritten(self) -> int:
-        """Devices whose newest records the store does not hold yet."""
-        return len(self._marked)
-
-    async def run(self) -> None:
-        """Write marked devices' records until cancelled, retrying while the store is away."""
-        while True:
-            await self._marking.wait()
-            self._marking.clear()
-            await self._write(list(self._marked))
-
-    async def flush(self) -> None:
-        """Write what is marked now, once.
-
-        Raises:
-            kv.UnavailableError: the store cannot be reached (nothing is lost: still marked).
-        """
-        await self._write(list(self._marked), retry=False)
-
-    async def _write(self, devices: Iterable[str], *, retry: bool = True) -> None:
-        for device in devices:
-            while (change := self._marked.get(device)) is not None:
-                records = [record.to_data() for record in self._records.get(device, [])]
-                try:
-                    if records:
-                        await self._store.put(PREFIX + device, json.dumps(records).encode())
-                    else:
-                        await self._store.delete(PREFIX + device)
-                except kv.UnavailableError as error:
-                    if not retry:
-                        raise
-                    self._say_unreachable(error)
-                    await asyncio.sleep(RETRY_SECONDS)
-                    continue
-                self._say_reachable()
-                if self._marked.get(device) == change:
-                    del self._marked[device]
-                    if not records:
-                        self._records.pop(device, None)
-
-    def _say_unreachable(self, error: Exception) -> None:
-        if self._unreachable_since is None:
-            self._unreachable_since = asyncio.get_running_loop().time()
-            logger.warning("the store cannot be reached (%s): the device fault history of %d "
-                           "devices waits, and is written when it answers", error,
-                           len(self._marked))
-
-    def _say_reachable(self) -> None:
-        if self._unreachable_since is not None:
-            waited = asyncio.get_running_loop().time() - self._unreachable_since
-            self._unreachable_since = None
-            logger.warning("the store answers again after %.1f s: device fault history "
-                           "written", waited)
+        self.writer.set(PREFIX + device, json.dumps(
+            [record.to_data() for record in records]).encode())
 
 
 @contextlib.asynccontextmanager
 async def kept(store: kv.KeyValueStore, *, table: fault_codes.CodeTable | None = None,
-               customization: customizations.Customization | None = None
-               ) -> AsyncIterator[DeviceFaultHistory]:
+               customization: customizations.Customization | None = None,
+               fence: kv.Fence | None = None) -> AsyncIterator[DeviceFaultHistory]:
     """The history in ``store``, written as it changes, and what is left written at the end
     if the store answers in time (otherwise a warning says how much was not).
 
     Raises:
         kv.UnavailableError: the store cannot be read.
     """
-    history = await DeviceFaultHistory.load(store, table=table, customization=customization)
-    writer = asyncio.create_task(history.run(), name="trainguard-fault-history")
+    history = await DeviceFaultHistory.load(store, table=table, customization=customization,
+                                            fence=fence)
+    writer = asyncio.create_task(history.writer.run(), name="trainguard-fault-history")
     try:
         yield history
     finally:
         writer.cancel()
         await asyncio.gather(writer, return_exceptions=True)
-        if history.unwritten:
+        if history.writer.unwritten and not history.writer.deposed.is_set():
             try:
-                await asyncio.wait_for(history.flush(), FLUSH_TIMEOUT)
-            except (TimeoutError, kv.UnavailableError) as error:
+                await asyncio.wait_for(history.writer.flush(), FLUSH_TIMEOUT)
+            except (TimeoutError, kv.UnavailableError, kv.FencedError) as error:
                 logger.warning("the device fault history of %d devices could not be written: "
-                               "%s", history.unwritten, error or "timed out")
+                               "%s", history.writer.unwritten, error or "timed out")
