@@ -186,18 +186,27 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     agent_settings = settings.agent
     if settings.fault_config_dir is not None and not settings.fault_config_dir.is_dir():
         raise LaunchError(f"fault-config-dir: {settings.fault_config_dir} is not a directory")
-    connection = None
+    joined = None
     if settings.cluster is not None:
-        connection, agent_settings = await _join(settings, settings.cluster)
+        joined, agent_settings = await _join(settings, settings.cluster)
     try:
-        return await _run(settings, agent_settings, connection, observer)
+        return await _run(settings, agent_settings, joined, observer)
     finally:
-        if connection is not None:
-            await connection.disconnect()
+        if joined is not None:
+            await joined.connection.disconnect()
+
+
+@dataclasses.dataclass
+class _Joined:
+    """A host of a job across hosts: its stream to the controller, and how it registered."""
+
+    connection: grpc_channel.AgentConnection
+    register: control_pb2.Register
+    cluster: joining.ClusterSettings
 
 
 async def _join(settings: RunSettings, cluster: joining.ClusterSettings
-                ) -> tuple[grpc_channel.AgentConnection, node_agent.AgentSettings]:
+                ) -> tuple[_Joined, node_agent.AgentSettings]:
     """Register this host with the job's controller; its settings, placed.
 
     Raises:
@@ -205,7 +214,7 @@ async def _join(settings: RunSettings, cluster: joining.ClusterSettings
     """
     agent = settings.agent
     try:
-        address = cluster.local_addr or joining.local_address(cluster.endpoint)
+        address = cluster.local_addr or joining.local_address(cluster.endpoints[0])
     except OSError as error:
         raise LaunchError(f"no route to the controller at {cluster.endpoint}: {error}") from error
     program = agent.program
@@ -226,8 +235,9 @@ async def _join(settings: RunSettings, cluster: joining.ClusterSettings
     logger.warning("joined job %s at %s %s", agent.run_id, cluster.endpoint,
                    "as a spare host" if placement.spare else
                    f"as node {placement.node_rank} of {placement.nnodes}")
-    return connection, agent.placed(node_rank=placement.node_rank, nnodes=placement.nnodes,
-                                    address=address, spare=placement.spare)
+    return _Joined(connection, register, cluster), agent.placed(
+        node_rank=placement.node_rank, nnodes=placement.nnodes, address=address,
+        spare=placement.spare)
 
 
 def _checkpoint_dir(explicit: Path | None, agent: node_agent.AgentSettings) -> Path:
@@ -242,7 +252,7 @@ def _checkpoint_dir(explicit: Path | None, agent: node_agent.AgentSettings) -> P
 
 
 async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
-               connection: grpc_channel.AgentConnection | None,
+               joined: _Joined | None,
                observer: RunObserver | None) -> RunReport:
     run_dir = agent_settings.run_dir
     run_dir.parent.mkdir(parents=True, exist_ok=True)  # the run root may be shared by users
@@ -284,7 +294,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         settings.checkpoint, job=agent_settings.run_id, world_size=agent_settings.world_size,
         ranks=agent_settings.ranks,
         directory=directory, slots=slots, persister=persister_client.PersisterClient(env=env),
-        record=events_recorder.record, clock=clock, persist_on_order=connection is not None)
+        record=events_recorder.record, clock=clock, persist_on_order=joined is not None)
 
     def note_injection(rank: int, kind: object, at_step: int | None) -> None:
         events_recorder.record(events.FaultInjectionRequested(
@@ -304,7 +314,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
                             if config is not None else (None, None))
     held = contextlib.AsyncExitStack()
     engine: device_health.FaultEngine
-    if connection is None:
+    if joined is None:
         # The devices' fault history outlives this run: a run again with the same id
         # counts it. (Across hosts, the job's controller keeps it.)
         history_store = sqlite_kv.SqliteKeyValueStore.open(run_dir / service.KV_NAME)
@@ -314,7 +324,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
     else:
         engine = device_health.FaultEngine(table=table, customization=customization)
     driver: _Driver
-    if connection is None:
+    if joined is None:
         # The controller drives this host's agent through the controller protocol, as it
         # would an agent on another host; here the messages go through in-process queues.
         agent_end, controller_end = channel.in_process_pair()
@@ -326,10 +336,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
                 world_size=agent_settings.world_size, agent=proxy, recorder=events_recorder,
                 clock=clock, device_faults=engine))
     else:
-        driver = _ControllerAway(
-            controller_link.ControllerLink(agent, connection.channel, host=socket.gethostname()),
-            agent, clock=clock, controller_wait=settings.cluster.controller_wait
-            if settings.cluster is not None else 0.0)
+        driver = _ControllerAway(agent, joined, clock=clock)
     pacer = snapshot_pacing.SnapshotPacer(agent_settings, agent=agent,
                                           record=events_recorder.record, clock=clock)
     events_recorder.subscribe(tally.event)
@@ -424,43 +431,73 @@ class _ControllerHere:
 class _ControllerAway:
     """A job across hosts: the job's controller drives this host's agent over its stream and
     says how the job ended. A stop asked of this host (a signal) ends this host's generation
-    as a stop request, which the controller turns into a graceful stop of every host."""
+    as a stop request, which the controller turns into a graceful stop of every host. When
+    the controller goes away, the host registers again with the next one that leads (the
+    controllers of --rdzv-endpoint), training on meanwhile."""
 
-    def __init__(self, link: controller_link.ControllerLink, agent: node_agent.NodeAgent, *,
-                 clock: clocks.Clock, controller_wait: float) -> None:
-        self._link = link
+    def __init__(self, agent: node_agent.NodeAgent, joined: _Joined, *,
+                 clock: clocks.Clock) -> None:
         self._agent = agent
+        self._joined = joined
         self._clock = clock
-        self._controller_wait = controller_wait
+        self._controller_wait = joined.cluster.controller_wait
+        self._link = controller_link.ControllerLink(agent, joined.connection.channel,
+                                                    host=socket.gethostname())
 
     def request_stop(self, reason: str, *, exit_code: int) -> None:
         self._agent.request_stop(reason)
 
     async def run(self) -> job_controller.JobResult:
         started = self._clock.monotonic()
-        end = await self._link.serve()
-        if end is None:
-            return await self._orphaned(started)
+        rejoined: list[grpc_channel.AgentConnection] = []
+        try:
+            while (end := await self._link.serve()) is None:
+                connection = await self._rejoin()
+                if connection is None:
+                    return await self._orphaned(started)
+                rejoined.append(connection)
+                self._link = controller_link.ControllerLink(
+                    self._agent, connection.channel, host=socket.gethostname())
+        finally:
+            for connection in rejoined:
+                await connection.disconnect()
         return job_controller.JobResult(
             outcome=events.JobOutcome(end.outcome), reason=end.reason, exit_code=end.exit_code,
             faults=(), generations=end.generations, restarts_used=end.restarts_used,
             wall_seconds=end.wall_seconds, resume_step=end.resume_step, errors=end.errors)
 
+    async def _rejoin(self) -> grpc_channel.AgentConnection | None:
+        """Register with the controller that leads now, within the controller wait."""
+        agent = self._agent
+        register = control_pb2.Register()
+        register.CopyFrom(self._joined.register)
+        register.node_rank = agent.settings.node_rank
+        register.rejoin.spare = agent.settings.spare
+        if agent.generation is not None:
+            register.rejoin.generation = agent.generation.number
+        logger.error("the job's controller is gone (its stream ended without ending the job); "
+                     "training goes on while this host registers again with the controller "
+                     "that leads next (for up to %g s)", self._controller_wait)
+        try:
+            connection, _ = await joining.rejoin(self._joined.cluster, register,
+                                                 within=self._controller_wait)
+        except joining.JoinRefusedError as error:
+            logger.error("no controller took this host back: %s", error)
+            return None
+        logger.warning("registered again with the job's controller")
+        return connection
+
     async def _orphaned(self, started: float) -> job_controller.JobResult:
-        """The controller's stream ended without ending the job (the controller died, or
-        this host was cut off and is being replaced): train on for up to the controller wait
-        unless the generation ends first, then stop; nothing here can recover a fault."""
+        """No controller took this host back within the controller wait (the controllers are
+        gone, or this host was cut off and is being replaced): stop, after a dying checkpoint
+        if the generation still runs; nothing here can recover a fault."""
         agent = self._agent
         generation = agent.generation
         wait = self._controller_wait
-        logger.error("the job's controller is gone (its stream ended without ending the job); "
-                     "training goes on for up to %g s, stopping at the first fault", wait)
         if generation is None:
             return self._result(events.JobOutcome.FAILED, "the job's controller went away "
                                 "before this host held any ranks", exit_code=1, started=started,
                                 resume=0, generation=None)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(generation.outcome), wait)
         resume = (generation.completed_step or -1) + 1
         if not generation.outcome.done():
             await agent.graceful_stop(cluster_view.stop_step(

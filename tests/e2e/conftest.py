@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.jobs import SCRIPTS, Job, Start
+from tests.e2e.hosts import Cluster
+from tests.e2e.jobs import SCRIPTS, Job, Start, clean_digest_of
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Controllers and hosts of jobs across hosts, all ended when the test ends."""
+    with Cluster.around(tmp_path) as started:
+        yield started
 
 
 @pytest.fixture
@@ -28,12 +36,5 @@ def run_job(tmp_path: Path) -> Iterator[Start]:
 @pytest.fixture(scope="session")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The final parameters of the in-process job (scripts/inprocess_job.py) without faults."""
-    root = tmp_path_factory.mktemp("reference")
-    job = Job(["--nproc-per-node", "4", "-t", "3", str(SCRIPTS / "inprocess_job.py"),
-               "--output", str(root / "sha")],
-              run_root=root / "runs", run_id="reference", cwd=root)
-    try:
-        assert job.wait() == 0, job.output()
-    finally:
-        job.kill()
-    return (root / "sha").read_text()
+    return clean_digest_of(tmp_path_factory.mktemp("reference"),
+                           ["-t", "3", str(SCRIPTS / "inprocess_job.py")])

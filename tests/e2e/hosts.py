@@ -7,7 +7,7 @@ import contextlib
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +22,40 @@ _LISTENING = re.compile(r"listening on (\S+:\d+);")
 
 
 class Controller(LoggedProcess):
-    """One ``trainguard controller`` process; its port is a free one, read from its output."""
+    """One ``trainguard controller`` process; its port is a free one, read from its output,
+    unless ``port`` is given. A ``standby`` waits for another to lead: its endpoint is
+    ``address:port`` and it listens only once it leads (:meth:`wait_leading`)."""
 
-    def __init__(self, *args: str, run_root: Path, cwd: Path,
-                 address: str = "127.0.0.1") -> None:
+    def __init__(self, *args: str, run_root: Path, cwd: Path, address: str = "127.0.0.1",
+                 port: int = 0, standby: bool = False, name: str = "controller") -> None:
         self.run_root = run_root
         super().__init__([sys.executable, "-m", "trainguard", "controller", "--listen",
-                          f"{address}:0", "--run-root", str(run_root), *args],
-                         log=cwd / "controller.console.log", cwd=cwd)
-        self.endpoint = self._endpoint()
+                          f"{address}:{port}", "--run-root", str(run_root), *args],
+                         log=cwd / f"{name}.console.log", cwd=cwd)
+        if standby:
+            self.endpoint = f"{address}:{port}"
+            self._wait("stand by", lambda: "standing by" in self.output())
+        else:
+            self.endpoint = self.wait_leading()
 
-    def _endpoint(self) -> str:
-        deadline = time.monotonic() + 60
+    def wait_leading(self, timeout: float = 60) -> str:
+        """Until it listens (it leads); its endpoint."""
+        found = self._wait("start listening", lambda: _LISTENING.search(self.output()),
+                           timeout=timeout)
+        return str(found.group(1))
+
+    def _wait(self, what: str, condition: Callable[[], Any], timeout: float = 60) -> Any:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = _LISTENING.search(self.output())
+            found = condition()
             if found:
-                return found.group(1)
+                return found
             if self.process.poll() is not None:
                 break
             time.sleep(0.05)
         output = self.output()
         self.kill()
-        pytest.fail(f"the controller did not start listening:\n{output}")
+        pytest.fail(f"the controller did not {what}:\n{output}")
 
     def events(self, job: str, kind: str | None = None) -> list[dict[str, Any]]:
         run_dir = self.run_root / job
@@ -60,6 +72,7 @@ class Cluster:
         self.root = root
         self.run_root = root / "runs"
         self.controller: Controller | None = None
+        self.extra: list[LoggedProcess] = []  # more controllers, ended with the rest
         self.hosts: list[Job] = []
 
     def start_controller(self, *args: str, address: str = "127.0.0.1") -> Controller:
@@ -85,8 +98,8 @@ class Cluster:
         return [host.wait(timeout) for host in hosts]
 
     def close(self) -> None:
-        for host in self.hosts:
-            host.kill()
+        for process in (*self.hosts, *self.extra):
+            process.kill()
         if self.controller is not None:
             self.controller.kill()
 

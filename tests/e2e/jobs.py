@@ -133,3 +133,15 @@ class Job(LoggedProcess):
 
 
 Start = Callable[..., Job]
+
+
+def clean_digest_of(root: Path, args: list[str]) -> str:
+    """The digest a job writes (``--output``) when it runs ``args`` on 4 ranks of one host,
+    without faults: what a job that recovered must match bit for bit."""
+    job = Job(["--nproc-per-node", "4", *args, "--output", str(root / "sha")],
+              run_root=root / "runs", run_id="clean", cwd=root)
+    try:
+        assert job.wait() == 0, job.output()
+    finally:
+        job.kill()
+    return (root / "sha").read_text()

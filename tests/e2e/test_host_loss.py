@@ -8,14 +8,13 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.hosts import Cluster
-from tests.e2e.jobs import Job
+from tests.e2e.jobs import Job, clean_digest_of
 from tests.hosts.netns import HostNetwork, require_netns
 
 # The demo's job, long enough (about 4 s of steps here) to lose a host in the middle.
@@ -25,26 +24,15 @@ JOB = ["-m", "trainguard.demo.ddp_job", "--steps", "400", "--width", "64"]
 @pytest.fixture(scope="module")
 def clean_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The final parameters of the same job on 4 ranks of one host, without faults."""
-    root = tmp_path_factory.mktemp("clean")
-    job = Job(["--nproc-per-node", "4", *JOB, "--output", str(root / "sha")],
-              run_root=root / "runs", run_id="clean", cwd=root)
-    try:
-        assert job.wait() == 0, job.output()
-    finally:
-        job.kill()
-    return (root / "sha").read_text()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster.around(tmp_path) as started:
-        yield started
+    return clean_digest_of(tmp_path_factory.mktemp("clean"), JOB)
 
 
 def _started(cluster: Cluster, tmp_path: Path, *, prefixes: tuple[tuple[str, ...], ...] = (
         (), (), ())) -> list[Job]:
-    """Nodes 0 and 1 (2 ranks each) and one spare, running JOB."""
-    common = ["--nproc-per-node", "2", "--max-restarts", "2"]
+    """Nodes 0 and 1 (2 ranks each) and one spare, running JOB. A host that loses the
+    controller looks for its successor for 10 s."""
+    common = ["--nproc-per-node", "2", "--max-restarts", "2", "--rdzv-conf",
+              "controller_wait=10"]
     output = ["--output", str(tmp_path / "sha")]
     return [cluster.host(node, *common, *JOB, *output, nnodes="2:3", prefix=prefix)
             for node, prefix in enumerate(prefixes)]

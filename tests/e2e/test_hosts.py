@@ -4,20 +4,11 @@ process tree, as on separate machines (tests/hosts/ puts each in a network names
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.e2e.hosts import Cluster
 from tests.e2e.jobs import SCRIPTS
 from tests.hosts.netns import HostNetwork, require_netns
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster.around(tmp_path) as started:
-        yield started
 
 
 def test_a_rank_killed_on_one_host_is_recovered_in_place_across_hosts(

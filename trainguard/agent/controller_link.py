@@ -36,8 +36,11 @@ class ControllerLink:
 
     async def serve(self) -> pb.EndJob | None:
         """Say how this agent stands, then carry out commands until the controller ends the
-        job (returned, once acknowledged) or closes the channel (None)."""
+        job (returned, once acknowledged) or closes the channel (None). A generation already
+        running (a controller taking over) is reported when it ends, as one it started."""
         self._send(pb.Envelope(report=self._report()))
+        if self._agent.generation is not None:
+            self._watch(self._agent.generation)
         while True:
             try:
                 envelope = codec.unpack(await self._channel.receive())

@@ -1,8 +1,9 @@
 """How a host's agent joins a job across hosts: reach the controller (retrying, with the wait
 shown), register, and learn its node rank.
 
-The stream it opens stays the agent's channel to the controller for the whole job
-(:mod:`.controller_link` serves it).
+The stream it opens is the agent's channel to the controller (:mod:`.controller_link` serves
+it) until the job ends, or until the controller goes away: then the agent registers again
+(:func:`rejoin`) with whichever of the controllers it knows leads next, while it trains on.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from trainguard.proto import codec, grpc_channel, versioned
 from trainguard.proto import control_pb2 as pb
 
 __all__ = ["ClusterSettings", "JoinRefusedError", "interface_of", "join", "local_address",
-           "split_endpoint"]
+           "rejoin", "split_endpoint"]
 
 logger = logging.getLogger(__name__)
 
 _FIRST_RETRY = 1.0  # seconds before the first retry; doubled up to _LONGEST_RETRY
 _LONGEST_RETRY = 8.0
 _ANSWER_TIMEOUT = 30.0  # seconds the controller has to answer a registration
+_REJOIN_RETRY = 0.25  # seconds between rounds of the controllers while one takes over
 
 
 class JoinRefusedError(RuntimeError):
@@ -39,7 +41,8 @@ class ClusterSettings:
     """A job across hosts, from torchrun's multi-node flags."""
 
     endpoint: str
-    """The controller, ``HOST:PORT`` (torchrun's --rdzv-endpoint)."""
+    """The controller, ``HOST:PORT`` (torchrun's --rdzv-endpoint); several, comma-separated,
+    for controllers that stand by for one another (the one that leads answers)."""
     nnodes: int
     max_nodes: int | None = None
     """Hosts past ``nnodes`` up to this many are spares (torchrun's --nnodes MIN:MAX);
@@ -57,7 +60,8 @@ class ClusterSettings:
     checkpoint."""
 
     def __post_init__(self) -> None:
-        split_endpoint(self.endpoint)
+        for endpoint in self.endpoints:
+            split_endpoint(endpoint)
         if self.nnodes < 1:
             raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
         if self.max_nodes is not None and self.max_nodes < self.nnodes:
@@ -70,6 +74,10 @@ class ClusterSettings:
         if not self.controller_wait >= 0:
             raise ValueError(f"controller_wait must be >= 0 seconds, got "
                              f"{self.controller_wait}")
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [part.strip() for part in self.endpoint.split(",")]
 
     @property
     def places(self) -> int:
@@ -122,33 +130,57 @@ async def join(settings: ClusterSettings, register: pb.Register, *,
         JoinRefusedError: refused (the reason names both values), or not reached within
             ``join_timeout``.
     """
+    return await _reach(settings, register, within=settings.join_timeout, on_retry=on_retry,
+                        first_retry=_FIRST_RETRY)
+
+
+async def rejoin(settings: ClusterSettings, register: pb.Register, *, within: float
+                 ) -> tuple[grpc_channel.AgentConnection, pb.Placement]:
+    """Register again, ``register`` saying what this host holds, with whichever controller
+    leads within ``within`` seconds (asking every quarter second: a standby takes over in a
+    few).
+
+    Raises:
+        JoinRefusedError: refused, or no controller answered in time.
+    """
+    return await _reach(settings, register, within=within, on_retry=logger.debug,
+                        first_retry=_REJOIN_RETRY, longest_retry=_REJOIN_RETRY)
+
+
+async def _reach(settings: ClusterSettings, register: pb.Register, *, within: float,
+                 on_retry: Callable[[str], None], first_retry: float,
+                 longest_retry: float = _LONGEST_RETRY
+                 ) -> tuple[grpc_channel.AgentConnection, pb.Placement]:
+    """One controller of ``settings.endpoints`` after another until one registers this host
+    (a standby does not listen), retrying the round with a growing pause."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + settings.join_timeout
-    delay = _FIRST_RETRY
+    deadline = loop.time() + within
+    delay = first_retry
     last: ConnectionError | None = None
     while True:
-        left = deadline - loop.time()
-        try:
-            if left <= 0:
-                raise last or ConnectionError("no time left")
-            connection = await grpc_channel.connect(settings.endpoint, timeout=min(left, 5.0))
-        except ConnectionError as error:
-            last = error
+        for endpoint in settings.endpoints:
             left = deadline - loop.time()
             if left <= 0:
-                raise JoinRefusedError(
-                    f"the controller at {settings.endpoint} was not reached within "
-                    f"{settings.join_timeout:g} s: {error}") from error
-            wait = min(delay, left)
-            on_retry(f"{error}; retrying in {wait:.1f} s (giving up in {left:.0f} s)")
-            await asyncio.sleep(wait)
-            delay = min(delay * 2, _LONGEST_RETRY)
-            continue
-        try:
-            return connection, await _register(connection.channel, register)
-        except BaseException:
-            await connection.disconnect()
-            raise
+                break
+            try:
+                connection = await grpc_channel.connect(endpoint, timeout=min(left, 5.0))
+            except ConnectionError as error:
+                last = ConnectionError(f"{endpoint}: {error}")
+                continue
+            try:
+                return connection, await _register(connection.channel, register)
+            except BaseException:
+                await connection.disconnect()
+                raise
+        left = deadline - loop.time()
+        if left <= 0:
+            raise JoinRefusedError(
+                f"the controller at {settings.endpoint} was not reached within {within:g} s: "
+                f"{last or 'no time left'}")
+        wait = min(delay, left)
+        on_retry(f"{last}; retrying in {wait:.1f} s (giving up in {left:.0f} s)")
+        await asyncio.sleep(wait)
+        delay = min(delay * 2, longest_retry)
 
 
 async def _register(channel: channels.Channel, register: pb.Register) -> pb.Placement:

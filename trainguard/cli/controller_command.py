@@ -26,6 +26,7 @@ __all__ = ["controller"]
 
 
 def controller(
+    *,
     listen: Annotated[str, typer.Option(
         help="HOST:PORT to serve agents on; the hosts' --rdzv-endpoint. Port 0 takes a free "
              "one (printed). 0.0.0.0 serves every interface.")] = "127.0.0.1:29400",
@@ -41,14 +42,20 @@ def controller(
     store: Annotated[str | None, typer.Option(
         help="Where the controller keeps what it must not lose (the devices' fault history, "
              "which escalation counts across restarts): sqlite:///PATH, or "
-             "etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE] (needs trainguard[etcd]). Default: "
-             "RUN_ROOT/controller.db.")] = None,
+             "etcd://HOST:PORT,HOST:PORT/NAMESPACE with one or more members and an optional "
+             "namespace (needs the etcd extra). Default: "
+             "RUN_ROOT/controller.db. Controllers sharing a store elect one leader; the others "
+             "stand by and take over when it dies.")] = None,
+    leader_ttl: Annotated[float, typer.Option(
+        help="Seconds the leader leads after its last word to the store: a standby takes "
+             "over within about this long after the leader dies.")] = 2.0,
 ) -> None:
     """Serve as the controller of jobs across hosts (trainguard run --nnodes N)."""
     observer = console_output.ConsoleObserver()
     try:
         settings = service.ControllerSettings(run_root=run_root, host_lease=host_lease,
-                                              host_wait=host_wait, store=store)
+                                              host_wait=host_wait, store=store,
+                                              leader_ttl=leader_ttl)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     # Hosts joining and where each generation meets are what an operator watches for here.
@@ -56,24 +63,44 @@ def controller(
     if controller_log.getEffectiveLevel() > logging.INFO:
         controller_log.setLevel(logging.INFO)
 
+    def standing_by(leader: str) -> None:
+        typer.echo(f"trainguard controller standing by: the controller at {leader} leads "
+                   f"(store {settings.store_url})")
+        sys.stdout.flush()
+
     async def serve() -> None:
         controller = service.ControllerService(settings, on_event=observer.event)
-        try:
-            port = await controller.start(listen)
-        except OSError as error:
-            observer.console.print(f"trainguard: {error}", style="bold red", markup=False)
-            raise typer.Exit(1) from error
-        host = listen.rpartition(":")[0]
-        # Flushed at once: whoever started the controller may be waiting for its port.
-        typer.echo(f"trainguard controller listening on {host}:{port}; job state under "
-                   f"{run_root}, fault history in {settings.store_url}")
-        sys.stdout.flush()
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stopped.set)
+        starting = asyncio.create_task(controller.start(listen, on_standby=standing_by))
         try:
-            await stopped.wait()
+            await asyncio.wait({starting, asyncio.create_task(stopped.wait())},
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():  # stopped while standing by
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+                return
+            try:
+                port = starting.result()
+            except OSError as error:
+                observer.console.print(f"trainguard: {error}", style="bold red", markup=False)
+                raise typer.Exit(1) from error
+            host = listen.rpartition(":")[0]
+            # Flushed at once: whoever started the controller may be waiting for its port.
+            typer.echo(f"trainguard controller listening on {host}:{port}; job state under "
+                       f"{run_root}, store {settings.store_url}")
+            sys.stdout.flush()
+            deposed = asyncio.create_task(controller.deposed.wait())
+            await asyncio.wait({deposed, asyncio.create_task(stopped.wait())},
+                               return_when=asyncio.FIRST_COMPLETED)
+            if deposed.done():
+                observer.console.print(
+                    "trainguard: this controller no longer leads: "
+                    f"{controller.deposed_reason}; stopping (its hosts go to the leader)",
+                    style="bold red", markup=False)
+                raise typer.Exit(1)
         finally:
             with contextlib.suppress(Exception):
                 await controller.stop()

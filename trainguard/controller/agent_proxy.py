@@ -149,6 +149,7 @@ class AgentProxy:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[pb.Ack]] = {}
         self._generations: dict[int, GenerationView] = {}
+        self._reported: pb.Generation | None = None  # the generation last reported
         self._agent: pb.AgentState | None = None
         self._seq = 0
         self._known = asyncio.Event()
@@ -389,6 +390,19 @@ class AgentProxy:
         self._agent = report.agent
         self._known.set()
         if report.HasField("generation"):
+            self._reported = report.generation
             view = self._generations.get(report.generation.number)
             if view is not None:
                 view.update(report.generation)
+
+    def adopt(self) -> GenerationView | None:
+        """The generation the agent said it runs, followed from now on: a controller that
+        takes over a running job learns its generations from the agents' reports. None: the
+        agent runs none."""
+        if self._reported is None:
+            return None
+        number = self._reported.number
+        view = self._generations.get(number)
+        if view is None:
+            view = self._generations[number] = GenerationView(self._reported)
+        return view

@@ -350,6 +350,19 @@ class ClusterAgents:
                        f"{fault.describe()} (a retry avoids the host that failed)"))
         return [node]
 
+    async def adopt(self) -> tuple[ClusterGeneration | None, int]:
+        """Go on with the generation every host runs (a controller taking over a running
+        job): None when they are not all in one; and the newest generation any host runs
+        (-1: none)."""
+        views = {node: proxy.adopt() for node, proxy in self._hosts.items()}
+        numbers = {view.number for view in views.values() if view is not None}
+        newest = max(numbers, default=-1)
+        if len(numbers) != 1 or any(view is None for view in views.values()):
+            return None, newest
+        known = {node: view for node, view in views.items() if view is not None}
+        first = next(iter(self._hosts.values()))
+        return await self._form(newest, known, (first.host, known[min(known)].master_port)), newest
+
     async def start_generation(self, number: int, *, restart_count: int,
                                move: Collection[int] = ()) -> ClusterGeneration:
         fresh = await self._replace_lost() + await self._avoid_failed_host()

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from trainguard import clock as clocks
-from trainguard.controller import api, cluster_view, policy
+from trainguard.controller import api, cluster_view, job_record, policy
 from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
@@ -86,7 +86,9 @@ class JobController:
         recorder: recorder.EventRecorder,
         clock: clocks.Clock,
         device_faults: device_health.FaultEngine | None = None,
+        journal: job_record.JobJournal | None = None,
     ) -> None:
+        """``journal``: where the job's record goes, for a controller that takes it over."""
         self.settings = settings
         self.device_faults = device_faults or device_health.FaultEngine()
         """Grades device codes: swapped for one with new configuration at run time."""
@@ -107,6 +109,7 @@ class JobController:
         self._retries_used = 0  # unconditional retries: failures with no hardware cause
         self._repeated: tuple[tuple[object, ...] | None, int] = (None, 0)
         """The last failure that came before any step completed, and how often in a row."""
+        self._journal = journal
 
     def request_stop(self, reason: str, *, exit_code: int) -> None:
         """Stop the job gracefully (dying checkpoint), e.g. on SIGINT or SIGTERM."""
@@ -114,14 +117,39 @@ class JobController:
             self._stop_reason, self._stop_exit_code = reason, exit_code
             self._stop.set()
 
-    async def run(self) -> JobResult:
+    async def run(self, *, resume: job_record.JobRecord | None = None,
+                  adopted: api.GenerationHandle | None = None) -> JobResult:
+        """``resume``: the record of the job taken over from another controller; ``adopted``:
+        the generation its hosts train on, which this controller goes on with (None: it
+        starts the generation after the record's, restoring from memory, without spending a
+        restart: the decision that would have is the predecessor's)."""
         started = self._clock.monotonic()
         if self._stop.is_set():
             return await self._finish(events.JobOutcome.STOPPED, self._stop_reason,
                                       self._stop_exit_code, 0, started)
-        number = 0
-        generation = await self._agent.start_generation(number, restart_count=0)
-        self._started(generation)
+        if resume is not None:
+            self._restarts_used, self._retries_used = resume.restarts_used, resume.retries_used
+            self._isolated.update(resume.isolated)
+            self._resume_step = resume.resume_step
+        if adopted is not None:
+            generation = adopted
+            self._record(events.ControllerTookOver(
+                job=self._job, generation=generation.number, adopted=True,
+                reason="every host trains on in it"))
+            self._note(generation.number)
+        else:
+            if resume is not None:
+                await self._agent.stop_workers()
+            generation = await self._agent.start_generation(
+                resume.generation + 1 if resume is not None else 0,
+                restart_count=self._restarts_used)
+            if resume is not None:
+                self._record(events.ControllerTookOver(
+                    job=self._job, generation=generation.number, adopted=False,
+                    reason="a recovery was under way" if resume.recovering else
+                    "the hosts were not all in one generation"))
+            self._started(generation)
+        number = generation.number
         recovering: _Recovery | None = None
         while True:
             outcome = await self._watch(generation, recovering)
@@ -253,6 +281,9 @@ class JobController:
                 job=self._job, generation=generation.number, strategy=str(decision.strategy),
                 reason=decision.reason,
                 restarts_left=self.settings.max_restarts - self._restarts_used))
+            if self._journal is not None:
+                self._note(generation.number, recovering=True)
+                await self._journal.settle()
             strategy = decision.strategy
             index = len(self._faults) - 1
             failed = sorted({f.rank for f in context.failed})
@@ -309,6 +340,15 @@ class JobController:
             restore_step=generation.restore.step, plan_seconds=generation.plan_seconds,
             kept_processes=generation.kept))
         self._publish("running" if generation.number == 0 else "recovering", generation)
+        self._note(generation.number)
+
+    def _note(self, generation: int, *, recovering: bool = False) -> None:
+        """The job's record, for a controller that takes it over."""
+        if self._journal is not None:
+            self._journal.note(job_record.JobRecord(
+                job=self._job, generation=generation, restarts_used=self._restarts_used,
+                retries_used=self._retries_used, isolated=tuple(sorted(self._isolated)),
+                resume_step=self._resume_step, recovering=recovering))
 
     def _context(self, generation: api.GenerationHandle, fault: process.ProcessFault, *,
                  others: list[process.ProcessFault] | None = None,
@@ -446,6 +486,8 @@ class JobController:
         self._recorder.publish(f"job-status-{self._job}", {
             "job": self._job, "state": str(outcome), "reason": reason,
             "restarts_used": self._restarts_used, "exit_code": exit_code})
+        if self._journal is not None:
+            self._journal.note(None)
         return JobResult(outcome=outcome, reason=reason, exit_code=exit_code,
                          faults=tuple(self._faults), generations=generations,
                          restarts_used=self._restarts_used, wall_seconds=wall,

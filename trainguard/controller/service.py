@@ -29,13 +29,15 @@ from trainguard.controller import (
     cluster_agents,
     fault_history,
     job_controller,
+    job_record,
+    leadership,
     policy,
 )
 from trainguard.job import events
 from trainguard.proto import channel as channels
 from trainguard.proto import codec, grpc_channel, versioned
 from trainguard.proto import control_pb2 as pb
-from trainguard.store import api, kv, recorder, sqlite, urls
+from trainguard.store import api, kv, recorder, sqlite, trailing, urls
 
 __all__ = ["REGISTER_TIMEOUT", "ControllerService", "JoinError", "recovery_from_pb",
            "recovery_to_pb"]
@@ -45,6 +47,7 @@ logger = logging.getLogger(__name__)
 REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
 STORE_NAME = "state.db"
 KV_NAME = "controller.db"
+FLUSH_TIMEOUT = 5.0  # seconds a job's last record may take to reach the store
 
 
 class JoinError(RuntimeError):
@@ -108,6 +111,8 @@ class _ClusterJob:
 
     def __init__(self, first: pb.Register) -> None:
         self.first = first
+        self.adopting = first.HasField("rejoin")
+        """Its hosts ran it under a controller that went away, and join this one again."""
         self.hosts: dict[int, agent_proxy.AgentProxy] = {}
         self.spares = cluster_agents.SparePool()
         self.agents: cluster_agents.ClusterAgents | None = None  # once it runs
@@ -126,6 +131,15 @@ class _ClusterJob:
         found = _difference(self.first, register, names=_AGREED)
         if found:
             raise JoinError(f"host {register.host} may not join job {job}: it has {found}")
+        rejoining = register.HasField("rejoin")
+        if rejoining != self.adopting and not (self.started or register.rejoin.spare):
+            raise JoinError(
+                f"host {register.host} {'rejoins' if rejoining else 'joins'} job {job}, which "
+                f"{'is being taken over from' if self.adopting else 'was formed by'} this "
+                "controller: try again once it runs")
+        if rejoining and self.started and not register.rejoin.spare:
+            raise JoinError(f"host {register.host} rejoins job {job} holding node "
+                            f"{register.node_rank}, which runs here without it")
         places = max(register.max_nodes, register.nnodes)
         if register.HasField("node_rank"):
             place = register.node_rank
@@ -145,6 +159,8 @@ class _ClusterJob:
                                 "spares are all there")
             place = free[0]
         self.claimed[place] = register.host
+        if rejoining:
+            return place, register.rejoin.spare
         return place, self.started or place >= register.nnodes
 
     def release(self, place: int) -> None:
@@ -174,14 +190,17 @@ class ControllerSettings:
     (one may join: trainguard run again on any host); then the job fails, saying so."""
     store: str | None = None
     """The URL of the store of what the controller must not lose (the devices' fault
-    history); None: ``sqlite://<run root>/controller.db``."""
+    history, the jobs' records, the leadership); None: ``sqlite://<run root>/controller.db``."""
+    leader_ttl: float = 2.0
+    """Seconds a controller leads after its last word to the store: a standby sharing the
+    store takes over within it when the leader dies."""
 
     @property
     def store_url(self) -> str:
         return self.store or f"sqlite://{self.run_root / KV_NAME}"
 
     def __post_init__(self) -> None:
-        for name in ("link_timeout", "host_lease"):
+        for name in ("link_timeout", "host_lease", "leader_ttl"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name.replace('_', '-')} must be > 0 seconds, got "
                                  f"{getattr(self, name)}")
@@ -202,7 +221,20 @@ class ControllerService:
         self.results: dict[str, job_controller.JobResult] = {}
         """The last result of each job run here, by job id."""
         self._held = contextlib.AsyncExitStack()  # the store and the history, while serving
+        self._store: kv.KeyValueStore | None = None
+        self._leadership: leadership.Leadership | None = None
         self._device_faults: fault_history.DeviceFaultHistory | None = None
+
+    @property
+    def deposed(self) -> asyncio.Event:
+        """Set when this controller learns it no longer leads: it must stop (its hosts go
+        to the new leader)."""
+        assert self._leadership is not None, "start first"
+        return self._leadership.lost
+
+    @property
+    def deposed_reason(self) -> str:
+        return self._leadership.lost_reason if self._leadership is not None else ""
 
     def status(self) -> pb.ClusterStatus:
         """Every job known here: its hosts (holding ranks, lost, spare) and its generation."""
@@ -223,9 +255,11 @@ class ControllerService:
                 entry.hosts.add(place=proxy.node_rank, host=proxy.host, state="spare")
         return status
 
-    async def start(self, listen: str) -> int:
-        """Open the store, take up the devices' fault history, and listen on ``HOST:PORT``;
-        returns the port.
+    async def start(self, listen: str, *,
+                    on_standby: Callable[[str], None] = lambda leader: None) -> int:
+        """Open the store, lead (standing by, while another controller sharing the store
+        leads: ``on_standby`` is told its address), take up the devices' fault history, and
+        listen on ``HOST:PORT``; returns the port.
 
         Raises:
             OSError: the address cannot be bound, or the store cannot be opened or read (the
@@ -234,18 +268,24 @@ class ControllerService:
         self.settings.run_root.mkdir(parents=True, exist_ok=True)
         url = self.settings.store_url
         try:
-            store = urls.open_store(url)
+            store = self._store = urls.open_store(url)
             self._held.push_async_callback(store.close)
+            self._leadership = leadership.Leadership(store, ttl=self.settings.leader_ttl)
+            fence = await self._leadership.campaign(listen, on_standby=on_standby)
+            self._held.push_async_callback(self._leadership.resign)
             self._device_faults = await self._held.enter_async_context(
-                fault_history.kept(store))
+                fault_history.kept(store, fence=fence))
         except (urls.StoreUrlError, kv.UnavailableError, api.StoreError) as error:
             await self._held.aclose()
             raise OSError(f"the store {url}: {error}") from error
         try:
-            return await self._server.start(listen)
-        except OSError:
+            port = await self._server.start(listen)
+            host = listen.rpartition(":")[0]
+            self._device_faults.writer.fence = await self._leadership.announce(f"{host}:{port}")
+        except (OSError, kv.ConflictError, kv.UnavailableError) as error:
             await self._held.aclose()
-            raise
+            raise OSError(f"cannot serve on {listen}: {error}") from error
+        return port
 
     async def stop(self) -> None:
         for run in list(self._runs):
@@ -313,6 +353,29 @@ class ControllerService:
             job.release(place)
             await proxy.close()
 
+    async def _take_over(self, job: _ClusterJob) -> tuple[job_record.JobRecord,
+                                                          cluster_agents.ClusterGeneration | None]:
+        """The record the last controller left of ``job``, and the generation its hosts run,
+        if this controller may go on with it: they all run it, and it is not one whose fault
+        was being recovered (that recovery's restart is spent: the job restarts instead)."""
+        assert self._store is not None
+        assert job.agents is not None
+        name = job.first.job
+        try:
+            record = await job_record.load(self._store, name)
+        except (ValueError, kv.UnavailableError) as error:
+            logger.warning("job %s is taken over without its record: %s", name, error)
+            record = None
+        adopted, newest = await job.agents.adopt()
+        if record is None:
+            record = job_record.JobRecord(job=name, generation=max(newest, 0))
+        elif record.recovering and adopted is not None and adopted.number <= record.generation:
+            adopted.close()
+            adopted = None
+        logger.info("job %s taken over: %s", name, f"going on with generation {adopted.number}"
+                    if adopted is not None else f"restarting after generation {newest}")
+        return dataclasses.replace(record, generation=max(record.generation, newest)), adopted
+
     async def _run(self, job: _ClusterJob) -> None:
         first = job.first
         run_dir = self.settings.run_root / first.job
@@ -324,18 +387,28 @@ class ControllerService:
         agents = job.agents = cluster_agents.ClusterAgents(
             job.hosts, nproc_per_node=first.nproc_per_node, spares=job.spares,
             host_wait=self.settings.host_wait)
+        assert self._store is not None, "start first"
+        assert self._leadership is not None
+        journal = trailing.TrailingWriter(self._store, what=f"the record of job {first.job}",
+                                          fence=self._leadership.fence)
         try:
             controller = job_controller.JobController(
                 recovery_from_pb(first.recovery), job=first.job,
                 world_size=first.nnodes * first.nproc_per_node, agent=agents,
-                recorder=events_recorder, clock=self._clock, device_faults=self._device_faults)
-            persists = asyncio.create_task(agents.order_persists(first.persist_interval),
-                                           name=f"job-{first.job}-persists")
+                recorder=events_recorder, clock=self._clock, device_faults=self._device_faults,
+                journal=job_record.JobJournal(journal, first.job))
+            resume, adopted = await self._take_over(job) if job.adopting else (None, None)
+            tasks = [asyncio.create_task(agents.order_persists(first.persist_interval),
+                                         name=f"job-{first.job}-persists"),
+                     asyncio.create_task(journal.run(), name=f"job-{first.job}-journal")]
             try:
-                result = await controller.run()
+                result = await controller.run(resume=resume, adopted=adopted)
             finally:
-                persists.cancel()
-                await asyncio.gather(persists, return_exceptions=True)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                with contextlib.suppress(kv.UnavailableError, kv.FencedError):
+                    await asyncio.wait_for(journal.flush(), FLUSH_TIMEOUT)
             self.results[first.job] = result
             end = pb.EndJob(
                 exit_code=result.exit_code, outcome=str(result.outcome), reason=result.reason,

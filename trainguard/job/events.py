@@ -267,6 +267,20 @@ class JobFinished(Event):
         return f"job {self.outcome}: {self.reason}"
 
 
+@dataclasses.dataclass(frozen=True)
+class ControllerTookOver(Event):
+    """A controller took over a running job from one that went away (controller failover)."""
+
+    KIND: ClassVar[str] = "controller-took-over"
+    generation: int
+    adopted: bool  # the hosts trained on in that generation; else it was started afresh
+    reason: str
+
+    def summary(self) -> str:
+        how = "took over" if self.adopted else "restarted"
+        return f"this controller {how} generation {self.generation}: {self.reason}"
+
+
 def goodput(*, steps_completed: int, step_seconds: float | None,
             training_seconds: float | None) -> float | None:
     """Share of the training time that produced the final state: steps kept x step time."""

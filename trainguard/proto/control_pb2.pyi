@@ -23,7 +23,7 @@ class Envelope(_message.Message):
     def __init__(self, version: _Optional[int] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., report: _Optional[_Union[Report, _Mapping]] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("job", "node_rank", "nnodes", "max_nodes", "nproc_per_node", "program", "version", "host", "address", "dp_size", "recovery", "persist_interval")
+    __slots__ = ("job", "node_rank", "nnodes", "max_nodes", "nproc_per_node", "program", "version", "host", "address", "dp_size", "recovery", "persist_interval", "rejoin")
     JOB_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     NNODES_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class Register(_message.Message):
     DP_SIZE_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
     PERSIST_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    REJOIN_FIELD_NUMBER: _ClassVar[int]
     job: str
     node_rank: int
     nnodes: int
@@ -48,7 +49,16 @@ class Register(_message.Message):
     dp_size: int
     recovery: Recovery
     persist_interval: float
-    def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., persist_interval: _Optional[float] = ...) -> None: ...
+    rejoin: Rejoin
+    def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., persist_interval: _Optional[float] = ..., rejoin: _Optional[_Union[Rejoin, _Mapping]] = ...) -> None: ...
+
+class Rejoin(_message.Message):
+    __slots__ = ("spare", "generation")
+    SPARE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    spare: bool
+    generation: int
+    def __init__(self, spare: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class Recovery(_message.Message):
     __slots__ = ("max_restarts", "crash_loop_window", "crash_loop_repeats", "crash_loop_settle", "snapshot_grace", "recover_strategy", "recover_timeout", "fault_retry_times")

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-__all__ = ["EtcdCluster", "EtcdMember", "etcd_binary"]
+__all__ = ["EtcdCluster", "EtcdMember", "etcd_binary", "free_ports"]
 
 START_TIMEOUT = 30.0
 
@@ -27,7 +27,8 @@ def etcd_binary() -> str | None:
     return shutil.which("etcd", path=os.environ.get("PATH", "") + ":/usr/bin:/usr/sbin")
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on loopback now."""
     sockets = []
     try:
         for _ in range(count):
@@ -66,7 +67,7 @@ class EtcdCluster:
             raise FileNotFoundError("no etcd binary: apt-get install etcd-server")
         self._binary = binary
         self._directory = directory
-        ports = _free_ports(2 * size)
+        ports = free_ports(2 * size)
         self.members = [EtcdMember(f"m{index}", ports[2 * index], ports[2 * index + 1],
                                    directory / f"m{index}") for index in range(size)]
         self._initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer_port}"

@@ -1,0 +1,89 @@
+"""Controller failover end to end: two ``trainguard controller`` sharing a store, one leading,
+one standing by; the hosts know both. The leader is killed mid-run, or in the middle of a
+recovery: the standby takes over, the hosts register with it while their workers train on,
+and the job ends bitwise identical to a clean run, no restart spent twice."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.hosts import Cluster, Controller
+from tests.e2e.jobs import SCRIPTS, clean_digest_of
+from trainguard.testing.etcd_cluster import free_ports
+
+pytestmark = pytest.mark.e2e
+
+STEPS = "300"  # about 15 s: long enough to lose a controller mid-run
+SCRIPT = [str(SCRIPTS / "inprocess_job.py"), "--steps", STEPS]
+
+
+@pytest.fixture(scope="module")
+def long_reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return clean_digest_of(tmp_path_factory.mktemp("failover-reference"), SCRIPT)
+
+
+def _pair(cluster: Cluster, tmp_path: Path, store: str) -> tuple[Controller, Controller]:
+    """A leader and a standby on ports chosen here, sharing ``store``."""
+    ports = free_ports(2)
+    common = ["--store", store, "--leader-ttl", "2"]
+    leader = Controller(*common, run_root=tmp_path / "controller-a", cwd=tmp_path,
+                        port=ports[0], name="controller-a")
+    cluster.controller = leader
+    standby = Controller(*common, run_root=tmp_path / "controller-b", cwd=tmp_path,
+                         port=ports[1], standby=True, name="controller-b")
+    cluster.extra.append(standby)
+    return leader, standby
+
+
+def test_the_standby_takes_over_a_running_job_and_the_hosts_train_on(
+        cluster: Cluster, tmp_path: Path, long_reference: str) -> None:
+    leader, standby = _pair(cluster, tmp_path, f"sqlite://{tmp_path}/ha.db")
+    endpoints = f"{leader.endpoint},{standby.endpoint}"
+    common = ["--nproc-per-node", "2", "--max-restarts", "2", "--rdzv-conf",
+              "controller_wait=20"]
+    hosts = [cluster.host(node, *common, *SCRIPT, "--output", str(tmp_path / "sha"),
+                          endpoint=endpoints) for node in (0, 1)]
+    hosts[0].wait_for("training", lambda: leader.events("job", "generation-started"))
+    time.sleep(2.0)
+    leader.kill()
+    killed_at = time.monotonic()
+    standby.wait_leading(timeout=30)
+    takeover = time.monotonic() - killed_at
+    assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
+    assert (tmp_path / "sha").read_text() == long_reference, "not bitwise identical"
+    took_over, = standby.events("job", "controller-took-over")
+    assert took_over["adopted"], took_over
+    finished, = standby.events("job", "job-finished")
+    assert (finished["outcome"], finished["restarts_used"]) == ("succeeded", 0)
+    assert not standby.events("job", "fault-detected"), "no worker was disturbed"
+    assert takeover < 10, f"the standby led {takeover:.1f} s after the leader was killed"
+    for host in hosts:
+        assert "registered again with the job's controller" in host.output()
+
+
+def test_a_leader_killed_during_a_recovery_the_standby_finishes_it(
+        cluster: Cluster, tmp_path: Path, long_reference: str) -> None:
+    leader, standby = _pair(cluster, tmp_path, f"sqlite://{tmp_path}/ha.db")
+    endpoints = f"{leader.endpoint},{standby.endpoint}"
+    common = ["--nproc-per-node", "2", "--max-restarts", "3", "--rdzv-conf",
+              "controller_wait=20"]
+    output = ["--output", str(tmp_path / "sha")]
+    # Rank 2's replacement stalls 3 s before it restores: the leader is killed while the
+    # recovery waits for it.
+    script = [*SCRIPT, *output, "--stall-replacement", "3"]
+    hosts = [cluster.host(0, *common, *script, endpoint=endpoints),
+             cluster.host(1, *common, "--inject", "crash:2:100", *script, endpoint=endpoints)]
+    hosts[0].wait_for("the leader's decision", lambda: "decision:" in leader.output(),
+                      timeout=120)
+    leader.kill()
+    assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
+    assert (tmp_path / "sha").read_text() == long_reference, "not bitwise identical"
+    took_over, = standby.events("job", "controller-took-over")
+    finished, = standby.events("job", "job-finished")
+    assert finished["outcome"] == "succeeded"
+    assert finished["restarts_used"] == 1, "the recovery's restart was spent once"
+    assert not standby.events("job", "decision") or took_over["adopted"], (
+        "a successor that restarted the job decided nothing again")

@@ -1,0 +1,84 @@
+"""What a controller that takes over a running job needs from its predecessor: the job's record
+in the store (``jobs/<job>``), written as the job's controller decides.
+
+It holds what the agents cannot say: the restarts and retries already spent, the devices
+isolated, the step the job had reached, and whether a decision was being carried out (so the
+successor does not decide it again). The generation the hosts run, and their state, the
+successor learns from the hosts themselves when they register with it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from trainguard.store import kv, trailing
+
+__all__ = ["PREFIX", "SETTLE_SECONDS", "JobJournal", "JobRecord", "load"]
+
+PREFIX = "jobs/"
+SETTLE_SECONDS = 1.0
+"""Seconds a decision waits for its record to reach the store before it is carried out
+anyway (a store that cannot be reached must not stop a recovery; it is written later)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRecord:
+    job: str
+    generation: int
+    """The generation formed last; or, while ``recovering``, the one whose fault is being
+    recovered."""
+    restarts_used: int = 0
+    retries_used: int = 0
+    isolated: tuple[str, ...] = ()
+    """Devices taken out of use for the rest of the job."""
+    resume_step: int = 0
+    recovering: bool = False
+    """A decision is being carried out: its restart is spent, and a successor that finds the
+    hosts still in ``generation`` restarts them without spending another."""
+
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, *, key: str) -> JobRecord:
+        """Raises: ValueError naming the key and what is wrong."""
+        try:
+            fields = json.loads(data)
+            if not isinstance(fields, dict):
+                raise TypeError(f"an object was expected, got {type(fields).__name__}")
+            fields["isolated"] = tuple(fields.get("isolated", ()))
+            record = cls(**fields)
+            for name in ("generation", "restarts_used", "retries_used", "resume_step"):
+                if not isinstance(getattr(record, name), int):
+                    raise TypeError(f"{name} must be an integer")
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"the job record {key} is unreadable: {error}") from error
+        return record
+
+
+async def load(store: kv.KeyValueStore, job: str) -> JobRecord | None:
+    """The job's record, if a controller left one.
+
+    Raises:
+        ValueError: it is unreadable (the message names it).
+        kv.UnavailableError: the store cannot be read.
+    """
+    entry = await store.get(PREFIX + job)
+    return JobRecord.from_json(entry.value, key=entry.key) if entry is not None else None
+
+
+class JobJournal:
+    """The job's record as its controller changes it, written through trailing writes: the
+    job's controller never waits for the store longer than :data:`SETTLE_SECONDS`."""
+
+    def __init__(self, writer: trailing.TrailingWriter, job: str) -> None:
+        self._writer = writer
+        self._key = PREFIX + job
+
+    def note(self, record: JobRecord | None) -> None:
+        """None: the job is over, its record goes."""
+        self._writer.set(self._key, record.to_json() if record is not None else None)
+
+    async def settle(self) -> None:
+        await self._writer.settle(SETTLE_SECONDS)
