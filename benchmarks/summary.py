@@ -337,12 +337,34 @@ def _snapshot_overhead(lines: list[str]) -> None:
     lines += ["", *verdicts, ""]
 
 
+def _failover(lines: list[str]) -> None:
+    found = _load("controller-failover")
+    if found is None:
+        return
+    medians = found["medians"]
+    lines += [
+        f"## A controller killed during a recovery, {found['when']}", "", found["setup"] + ".", "",
+        f"`{_command(found)}` ({len(found['trials'])} trials in all; medians, worst in brackets)",
+        "", "| variant | rank killed -> every rank stepping again | steps lost | leader killed -> "
+        "standby leads |", "|---|---|---|---|"]
+    for variant, values in medians.items():
+        lines.append(
+            f"| {variant} | {_seconds(values['recover_seconds'])} "
+            f"({_seconds(values.get('worst_recover_seconds'))}) | {values['steps_lost']} "
+            f"({values.get('worst_steps_lost')}) | {_seconds(values.get('takeover_seconds'))} "
+            f"({_seconds(values.get('worst_takeover_seconds'))}) |")
+    worst = medians.get("leader-killed", {}).get("worst_takeover_seconds")
+    lines += ["", "- a standby leads within 3 s of the leader's loss in every trial: "
+              f"{_verdict(None if worst is None else worst <= 3)}", ""]
+
+
 def main() -> None:
     lines = ["# Benchmark results", "",
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
              "section names the command that produced it. Machine: 2 cores, no GPU.", ""]
     _recovery(lines)
     _host_loss(lines)
+    _failover(lines)
     _kill_goodput(lines)
     _stall(lines)
     _fault_engine(lines)

@@ -6,12 +6,15 @@ and the job ends bitwise identical to a clean run, no restart spent twice."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import need_etcd
 from tests.e2e.hosts import Cluster, Controller
 from tests.e2e.jobs import SCRIPTS, clean_digest_of
+from trainguard.testing import etcd_cluster
 from trainguard.testing.etcd_cluster import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -64,9 +67,20 @@ def test_the_standby_takes_over_a_running_job_and_the_hosts_train_on(
         assert "registered again with the job's controller" in host.output()
 
 
-def test_a_leader_killed_during_a_recovery_the_standby_finishes_it(
-        cluster: Cluster, tmp_path: Path, long_reference: str) -> None:
-    leader, standby = _pair(cluster, tmp_path, f"sqlite://{tmp_path}/ha.db")
+@pytest.fixture
+def etcd3(tmp_path: Path) -> Iterator[etcd_cluster.EtcdCluster]:
+    need_etcd()
+    with etcd_cluster.EtcdCluster(tmp_path / "etcd", size=3) as started:
+        yield started
+
+
+def test_a_leader_and_an_etcd_member_killed_during_a_recovery_the_standby_finishes_it(
+        cluster: Cluster, tmp_path: Path, long_reference: str,
+        etcd3: etcd_cluster.EtcdCluster) -> None:
+    """On a 3-member etcd: the member the controllers use first is killed as the fault
+    happens, and the leader once it has decided."""
+    etcd = etcd3
+    leader, standby = _pair(cluster, tmp_path, etcd.url("failover"))
     endpoints = f"{leader.endpoint},{standby.endpoint}"
     common = ["--nproc-per-node", "2", "--max-restarts", "3", "--rdzv-conf",
               "controller_wait=20"]
@@ -76,8 +90,10 @@ def test_a_leader_killed_during_a_recovery_the_standby_finishes_it(
     script = [*SCRIPT, *output, "--stall-replacement", "3"]
     hosts = [cluster.host(0, *common, *script, endpoint=endpoints),
              cluster.host(1, *common, "--inject", "crash:2:100", *script, endpoint=endpoints)]
+    hosts[0].wait_for("the fault", lambda: "fault: " in leader.output(), timeout=120)
+    etcd.kill_member(etcd.members[0])
     hosts[0].wait_for("the leader's decision", lambda: "decision:" in leader.output(),
-                      timeout=120)
+                      timeout=60)
     leader.kill()
     assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
     assert (tmp_path / "sha").read_text() == long_reference, "not bitwise identical"

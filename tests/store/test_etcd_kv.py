@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.conftest import need_etcd
+from tests.conftest import need_etcd
 from trainguard.store import kv, sqlite_kv, urls
 from trainguard.testing import etcd_cluster
 

@@ -1,4 +1,4 @@
-"""A real etcd for the store's tests, started once per session on loopback (each test works
+"""A real etcd for the tests, started once per session on loopback (each test works
 under a namespace of its own). Where no etcd is installed, its tests are skipped, except in CI
 (``CI`` set), where ``make test`` has installed it and its absence is a failure."""
 
