@@ -268,7 +268,7 @@ def test_fault_config_dir_must_be_a_directory(script: Path, tmp_path: Path) -> N
                                     "x" * 129])
 def test_run_ids_that_are_not_one_plain_name_are_refused(run_id: str, script: Path) -> None:
     with pytest.raises(run_command.UsageError,
-                       match=r"a run id is 1 to 128 letters, digits, '[.]', '_' or '-', starting"):
+                       match=r"a job id is 1 to 128 letters, digits, '[.]', '_' or '-', starting"):
         parse(["--run-id", run_id, str(script)])
 
 

@@ -14,7 +14,6 @@ import datetime
 import difflib
 import logging
 import os
-import re
 import signal
 import uuid
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
-from trainguard import launcher
+from trainguard import launcher, names
 from trainguard.agent import (
     checkpoint_memory,
     fault_injection,
@@ -230,17 +229,13 @@ def _warn_ignored(arguments: argparse.Namespace, *, across_nodes: bool) -> None:
             logger.warning("%s has no effect: %s", flag.names[0], flag.ignored)
 
 
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_RUN_ID_RULE = ("1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit "
-                "(it names a directory under --run-root)")
-
-
 def _run_id(value: str) -> str:
     """The job's id, which names its run directory, so it must stay one plain name."""
     if value and value != "none":
-        if not _RUN_ID.fullmatch(value):
-            raise UsageError(f"--rdzv-id/--run-id {value!r}: a run id is {_RUN_ID_RULE}")
-        return value
+        try:
+            return names.job_id(value, what="--rdzv-id/--run-id")
+        except names.InvalidNameError as error:
+            raise UsageError(str(error)) from error
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from google.protobuf import message as protobuf_message
 
 from trainguard import clock as clocks
-from trainguard import owner_only
+from trainguard import names, owner_only
 from trainguard.controller import agent_proxy, cluster_agents, job_controller, policy
 from trainguard.job import events
 from trainguard.proto import channel as channels
@@ -234,6 +234,15 @@ class ControllerService:
                            envelope.WhichOneof("body"))
             return
         register = envelope.register
+        try:
+            # Both name a directory and store keys here; a host's also a public fault's node.
+            names.job_id(register.job, what="job (--rdzv-id)")
+            names.node_name(register.host, what="host (--node-name)")
+        except names.InvalidNameError as error:
+            logger.warning("refused %s: %s", peer, error)
+            channel.send(versioned.serialize(pb.Envelope(registered=pb.Registered(
+                refused=pb.Refusal(reason=str(error))))))
+            return
         job = self._jobs.setdefault(register.job, _ClusterJob(register))
         try:
             place, spare = job.admit(register)
