@@ -212,7 +212,7 @@ async def _join(settings: RunSettings, cluster: joining.ClusterSettings
         job=agent.run_id, nnodes=cluster.nnodes, max_nodes=cluster.places,
         nproc_per_node=agent.nproc_per_node,
         program=shlex.join([program.target, *program.args]), version=__version__,
-        host=socket.gethostname(), address=address, dp_size=agent.dp_size or 0,
+        host=cluster.node_name, address=address, dp_size=agent.dp_size or 0,
         recovery=service.recovery_to_pb(settings.recovery),
         persist_interval=settings.checkpoint.persist_interval)
     if cluster.node_rank is not None:
@@ -315,10 +315,11 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
                 world_size=agent_settings.world_size, agent=proxy, recorder=events_recorder,
                 clock=clock, device_faults=engine))
     else:
+        assert settings.cluster is not None  # a connection is made for a job across hosts
         driver = _ControllerAway(
-            controller_link.ControllerLink(agent, connection.channel, host=socket.gethostname()),
-            agent, clock=clock, controller_wait=settings.cluster.controller_wait
-            if settings.cluster is not None else 0.0)
+            controller_link.ControllerLink(agent, connection.channel,
+                                           host=settings.cluster.node_name),
+            agent, clock=clock, controller_wait=settings.cluster.controller_wait)
     pacer = snapshot_pacing.SnapshotPacer(agent_settings, agent=agent,
                                           record=events_recorder.record, clock=clock)
     events_recorder.subscribe(tally.event)

@@ -1,5 +1,9 @@
 """Jobs across hosts for real: ``trainguard controller`` and one ``trainguard run`` per host,
-on loopback or each host in a network namespace of its own (tests/hosts/netns.py)."""
+on loopback or each host in a network namespace of its own (tests/hosts/netns.py).
+
+The controller serves plain text (``--insecure``) unless a test passes its own access flags
+(``access``: the controller's, ``host_access``: every host's); each host has its own node name,
+``host-<k>`` in the order hosts are started."""
 
 from __future__ import annotations
 
@@ -25,10 +29,11 @@ class Controller(LoggedProcess):
     """One ``trainguard controller`` process; its port is a free one, read from its output."""
 
     def __init__(self, *args: str, run_root: Path, cwd: Path,
-                 address: str = "127.0.0.1") -> None:
+                 address: str = "127.0.0.1", access: tuple[str, ...] = ("--insecure",)
+                 ) -> None:
         self.run_root = run_root
         super().__init__([sys.executable, "-m", "trainguard", "controller", "--listen",
-                          f"{address}:0", "--run-root", str(run_root), *args],
+                          f"{address}:0", "--run-root", str(run_root), *access, *args],
                          log=cwd / "controller.console.log", cwd=cwd)
         self.endpoint = self._endpoint()
 
@@ -61,10 +66,12 @@ class Cluster:
         self.run_root = root / "runs"
         self.controller: Controller | None = None
         self.hosts: list[Job] = []
+        self.host_access: tuple[str, ...] = ("--insecure",)
 
-    def start_controller(self, *args: str, address: str = "127.0.0.1") -> Controller:
+    def start_controller(self, *args: str, address: str = "127.0.0.1",
+                         access: tuple[str, ...] = ("--insecure",)) -> Controller:
         self.controller = Controller(*args, run_root=self.root / "controller", cwd=self.root,
-                                     address=address)
+                                     address=address, access=access)
         return self.controller
 
     def host(self, node: int | None, *args: str, job: str = "job", nnodes: int | str = 2,
@@ -75,7 +82,8 @@ class Cluster:
             endpoint = self.controller.endpoint
         placement = ["--node-rank", str(node)] if node is not None else [
             "--rdzv-backend", "c10d"]
-        host = Job(["--nnodes", str(nnodes), *placement, "--rdzv-endpoint", endpoint, *args],
+        host = Job(["--nnodes", str(nnodes), *placement, "--rdzv-endpoint", endpoint,
+                    *self.host_access, "--node-name", f"host-{len(self.hosts)}", *args],
                    run_root=self.run_root, run_id=job, cwd=self.root, node=node,
                    prefix=prefix)
         self.hosts.append(host)

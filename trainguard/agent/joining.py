@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 import psutil
 
+from trainguard import names
 from trainguard.proto import channel as channels
-from trainguard.proto import codec, grpc_channel, versioned
+from trainguard.proto import codec, grpc_channel, grpc_security, versioned
 from trainguard.proto import control_pb2 as pb
 
 __all__ = ["ClusterSettings", "JoinRefusedError", "interface_of", "join", "local_address",
@@ -55,6 +56,11 @@ class ClusterSettings:
     """Seconds this host trains on once the controller's stream is gone (unless a fault ends
     the generation first: nothing recovers it then); then it stops after a dying
     checkpoint."""
+    node_name: str = "localhost"
+    """This host's name to the controller, and the ``nodeName`` public faults name it by (a
+    DNS-1123 subdomain; the command line's default is the host name, lower-cased)."""
+    security: grpc_security.ClientSecurity = dataclasses.field(kw_only=True)
+    """How this host proves itself to the controller, and checks it is the controller."""
 
     def __post_init__(self) -> None:
         split_endpoint(self.endpoint)
@@ -70,6 +76,7 @@ class ClusterSettings:
         if not self.controller_wait >= 0:
             raise ValueError(f"controller_wait must be >= 0 seconds, got "
                              f"{self.controller_wait}")
+        names.node_name(self.node_name, what="node_name")
 
     @property
     def places(self) -> int:
@@ -131,7 +138,8 @@ async def join(settings: ClusterSettings, register: pb.Register, *,
         try:
             if left <= 0:
                 raise last or ConnectionError("no time left")
-            connection = await grpc_channel.connect(settings.endpoint, timeout=min(left, 5.0))
+            connection = await grpc_channel.connect(settings.endpoint, timeout=min(left, 5.0),
+                                                    security=settings.security)
         except ConnectionError as error:
             last = error
             left = deadline - loop.time()

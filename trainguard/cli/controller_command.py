@@ -3,7 +3,8 @@
 Each host runs ``trainguard run --nnodes N --rdzv-endpoint HOST:PORT --rdzv-id JOB ...``; the
 controller forms the job when all N have joined, drives it, and prints its faults, decisions and
 recoveries as ``trainguard run`` does on one host. Each job's events are kept in
-``<run root>/<job>/state.db`` (``trainguard events --run-dir``).
+``<run root>/<job>/state.db`` (``trainguard events --run-dir``). It serves TLS, and knows its
+callers from an access file (README "Deploying securely"); plain text only with --insecure.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import typer
 from trainguard.cli import console as console_output
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.controller import service
+from trainguard.proto import grpc_security
 
 __all__ = ["controller"]
 
 
 def controller(
+    *,
     listen: Annotated[str, typer.Option(
         help="HOST:PORT to serve agents on; the hosts' --rdzv-endpoint. Port 0 takes a free "
              "one (printed). 0.0.0.0 serves every interface.")] = "127.0.0.1:29400",
@@ -38,12 +41,36 @@ def controller(
     host_wait: Annotated[float, typer.Option(
         help="Seconds a recovery waits for a spare host when a host is lost and none is "
              "ready; then the job fails, saying why.")] = 30.0,
+    tls_cert: Annotated[Path | None, typer.Option(
+        help="The controller's certificate (PEM), naming the address clients dial (a SAN of "
+             "its host name or IP address): it serves TLS.", envvar="TRAINGUARD_TLS_CERT",
+        dir_okay=False)] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        help="The private key (PEM) of --tls-cert.", envvar="TRAINGUARD_TLS_KEY",
+        dir_okay=False)] = None,
+    tls_ca: Annotated[Path | None, typer.Option(
+        help="The CA certificate (PEM) that signs clients' certificates: mutual TLS, every "
+             "client must present one, its common name its identity in --access-file.",
+        envvar="TRAINGUARD_TLS_CA", dir_okay=False)] = None,
+    access_file: Annotated[Path | None, typer.Option(
+        help="JSON, mode 600: the identities (certificate common names, bearer tokens) and "
+             "their roles: agent (hosts of jobs), operator (status; public faults as any "
+             "sender), public-fault-sender (public faults as its listed resources). Needed "
+             "with TLS.", envvar="TRAINGUARD_ACCESS_FILE", dir_okay=False)] = None,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="Serve plain text: anyone on the network can read the traffic, "
+        "and without --access-file anyone who reaches the port may register hosts, read the "
+        "cluster and send public faults. Warned at every start.")] = False,
 ) -> None:
-    """Serve as the controller of jobs across hosts (trainguard run --nnodes N)."""
+    """Serve as the controller of jobs across hosts (trainguard run --nnodes N), and take
+    public faults (trainguard faults send, or documents in RUN_ROOT/public-faults)."""
     observer = console_output.ConsoleObserver()
     try:
+        security = grpc_security.ServerSecurity.from_files(
+            certificate=tls_cert, key=tls_key, client_ca=tls_ca, access=access_file,
+            insecure=insecure)
         settings = service.ControllerSettings(run_root=run_root, host_lease=host_lease,
-                                              host_wait=host_wait)
+                                              host_wait=host_wait, security=security)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     # Hosts joining and where each generation meets are what an operator watches for here.

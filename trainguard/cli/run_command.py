@@ -15,6 +15,7 @@ import difflib
 import logging
 import os
 import signal
+import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,12 +32,13 @@ from trainguard.agent import (
     worker_output,
     workers,
 )
-from trainguard.cli import config_file, settings_flags, torchrun_flags
+from trainguard.cli import config_file, controller_access, settings_flags, torchrun_flags
 from trainguard.cli import console as console_output
 from trainguard.controller import policy
 from trainguard.detect import heartbeat
 from trainguard.ipc import messages
 from trainguard.job import replicas
+from trainguard.proto import grpc_security
 
 __all__ = ["DEFAULT_RUN_ROOT", "UsageError", "build_settings", "config_keys", "effective",
            "known_environment", "load_config", "main", "parser"]
@@ -125,6 +127,12 @@ def parser() -> argparse.ArgumentParser:
                       action="append",
                       help="Faults to inject, for demonstrations and tests: KIND:RANK:STEP[,...] "
                            f"with KIND one of {_KINDS}; repeatable. [env TRAINGUARD_INJECT]")
+    ours.add_argument("--node-name", dest="own__node_name", metavar="NAME",
+                      default=os.environ.get("TRAINGUARD_NODE_NAME"),
+                      help="This host's name to the controller (--nnodes > 1), and the "
+                           "nodeName public faults name it by: a DNS-1123 subdomain. "
+                           "[default: the host name, lower-cased; env TRAINGUARD_NODE_NAME]")
+    controller_access.add_client_arguments(result)
     result.add_argument("training_script", help="The script (or module, or program) to run.")
     result.add_argument("training_script_args", nargs=argparse.REMAINDER,
                         help="Arguments for the script.")
@@ -278,7 +286,8 @@ def config_keys() -> set[str]:
 def known_environment() -> set[str]:
     """Every ``TRAINGUARD_*`` variable an option reads."""
     return ({variable for group in GROUPS for variable in group.environment()}
-            | set(_OWN.values()) | _ELSEWHERE)
+            | set(_OWN.values()) | _ELSEWHERE | controller_access.ENVIRONMENT
+            | {"TRAINGUARD_NODE_NAME"})
 
 
 def load_config(path: Path | str | None, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -420,10 +429,16 @@ def _cluster(arguments: argparse.Namespace) -> joining.ClusterSettings | None:
         controller_wait = float(conf.pop("controller_wait", 60))
         # As torchrun: the static backend takes --node-rank, the others assign one.
         node_rank = arguments.node_rank if arguments.rdzv_backend == "static" else None
+        security = controller_access.client_from_arguments(arguments)
+        given = arguments.own__node_name
+        node_name = names.node_name(given or socket.gethostname().lower(), what="--node-name"
+                                    if given else "this host's name (give --node-name)")
         cluster = joining.ClusterSettings(
             endpoint=arguments.rdzv_endpoint, nnodes=nnodes, max_nodes=most, node_rank=node_rank,
             local_addr=arguments.local_addr, join_timeout=timeout,
-            controller_wait=controller_wait)
+            controller_wait=controller_wait, node_name=node_name, security=security)
+    except (names.InvalidNameError, grpc_security.AccessError) as error:
+        raise UsageError(str(error)) from error
     except ValueError as error:
         raise UsageError(f"--rdzv-endpoint/--rdzv-conf/--node-rank: {error}") from error
     for key in conf:

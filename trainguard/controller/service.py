@@ -9,6 +9,10 @@ them as one (:class:`~trainguard.controller.cluster_agents.ClusterAgents`), its 
 job's SQLite store under the controller's run root; at the end every host is told the outcome
 and exits with its code. The job's id is then free for a later run (which resumes from its
 checkpoints).
+
+The same server takes public faults (``PubFault.SendPublicFault``, and documents in
+``<run root>/public-faults``: :mod:`.public_fault_intake`) and hands each to the running jobs
+whose hosts it names. Every call is authenticated first (:mod:`trainguard.proto.grpc_security`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,24 @@ from google.protobuf import message as protobuf_message
 
 from trainguard import clock as clocks
 from trainguard import names, owner_only
-from trainguard.controller import agent_proxy, cluster_agents, job_controller, policy
+from trainguard.controller import (
+    agent_proxy,
+    cluster_agents,
+    job_controller,
+    policy,
+    public_fault_intake,
+)
+from trainguard.faults.public import public_faults
 from trainguard.job import events
 from trainguard.proto import channel as channels
-from trainguard.proto import codec, grpc_channel, versioned
+from trainguard.proto import (
+    codec,
+    grpc_channel,
+    grpc_security,
+    pubfault_messages,
+    pubfault_pb2,
+    versioned,
+)
 from trainguard.proto import control_pb2 as pb
 from trainguard.store import recorder, sqlite
 
@@ -37,6 +55,7 @@ __all__ = ["REGISTER_TIMEOUT", "ControllerService", "JoinError", "recovery_from_
 logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
+DOCUMENT_POLL = 1.0  # seconds between looks at the public fault documents
 STORE_NAME = "state.db"
 
 
@@ -104,6 +123,7 @@ class _ClusterJob:
         self.hosts: dict[int, agent_proxy.AgentProxy] = {}
         self.spares = cluster_agents.SparePool()
         self.agents: cluster_agents.ClusterAgents | None = None  # once it runs
+        self.controller: job_controller.JobController | None = None  # once it runs
         self.claimed: dict[int, str] = {}  # place -> the host connected there
         self.started = False
         self.ended = asyncio.Event()
@@ -156,6 +176,8 @@ class _ClusterJob:
 class ControllerSettings:
     run_root: Path
     """Where each job's state store (``<run root>/<job>/state.db``) is kept."""
+    security: grpc_security.ServerSecurity = dataclasses.field(kw_only=True)
+    """How callers are authenticated, and what each may do."""
     link_timeout: float = 120.0
     """Seconds an agent has to report once registered (it starts its standby process
     first, which imports torch)."""
@@ -183,10 +205,16 @@ class ControllerService:
         self._on_event = on_event
         self._jobs: dict[str, _ClusterJob] = {}
         self._runs: set[asyncio.Task[None]] = set()
-        self._server = grpc_channel.ControlServer(self._agent_joined, on_status=self.status,
-                                                  lease=settings.host_lease)
+        self._server = grpc_channel.ControlServer(
+            self._agent_joined, security=settings.security, on_status=self.status,
+            on_public_fault=self._public_fault, lease=settings.host_lease)
+        self.public_faults = public_fault_intake.PublicFaultIntake(
+            public_faults.PublicFaultConfig.default(), clock=self._clock)
+        self._documents = public_fault_intake.PublicFaultDocuments(
+            settings.run_root / public_fault_intake.DOCUMENTS_DIRECTORY, self.public_faults)
         self.results: dict[str, job_controller.JobResult] = {}
         """The last result of each job run here, by job id."""
+        self._watch_documents: asyncio.Task[None] | None = None
 
     def status(self) -> pb.ClusterStatus:
         """Every job known here: its hosts (holding ranks, lost, spare) and its generation."""
@@ -214,13 +242,44 @@ class ControllerService:
             OSError: the address cannot be bound.
         """
         self.settings.run_root.mkdir(parents=True, exist_ok=True)
-        return await self._server.start(listen)
+        port = await self._server.start(listen)
+        self._watch_documents = asyncio.create_task(self._poll_documents(),
+                                                    name="public-fault-documents")
+        return port
 
     async def stop(self) -> None:
-        for run in list(self._runs):
+        for run in [*self._runs, *filter(None, [self._watch_documents])]:
             run.cancel()
-        await asyncio.gather(*self._runs, return_exceptions=True)
+        await asyncio.gather(*self._runs, *filter(None, [self._watch_documents]),
+                             return_exceptions=True)
         await self._server.stop()
+
+    async def _public_fault(self, request: pubfault_pb2.PublicFaultRequest
+                            ) -> pubfault_pb2.RespStatus:
+        caller = grpc_security.CALLER.get(grpc_security.ANONYMOUS).name
+        result = self.public_faults.take(pubfault_messages.to_document(request),
+                                         source=f"gRPC caller {caller}")
+        await self._hand_over(result)
+        return pubfault_pb2.RespStatus(code=result.code, info=result.info)
+
+    async def _poll_documents(self) -> None:
+        """Read the public fault documents as they appear or change, each second."""
+        while True:
+            for _, result in await asyncio.to_thread(self._documents.poll):
+                if isinstance(result, public_fault_intake.IntakeResult):
+                    await self._hand_over(result)
+            await asyncio.sleep(DOCUMENT_POLL)
+
+    async def _hand_over(self, result: public_fault_intake.IntakeResult) -> None:
+        """Each fault a message kept, to every running job on a device it names."""
+        if result.message is None:
+            return
+        for job in list(self._jobs.values()):
+            if job.controller is not None and job.agents is not None:
+                await public_fault_intake.hand_to_job(
+                    result.message, job.controller,
+                    [*job.agents.hosts.values(), *job.spares.waiting()],
+                    wall=self._clock.wall())
 
     async def _agent_joined(self, channel: channels.Channel, peer: str) -> None:
         try:
@@ -302,7 +361,7 @@ class ControllerService:
             job.hosts, nproc_per_node=first.nproc_per_node, spares=job.spares,
             host_wait=self.settings.host_wait)
         try:
-            controller = job_controller.JobController(
+            controller = job.controller = job_controller.JobController(
                 recovery_from_pb(first.recovery), job=first.job,
                 world_size=first.nnodes * first.nproc_per_node, agent=agents,
                 recorder=events_recorder, clock=self._clock)
