@@ -2,8 +2,9 @@
 on loopback or each host in a network namespace of its own (tests/hosts/netns.py).
 
 The controller serves plain text (``--insecure``) unless a test passes its own access flags
-(``access``: the controller's, ``host_access``: every host's); each host has its own node name,
-``host-<k>`` in the order hosts are started."""
+(``access``: the controller's, ``host_access``: every host's); each host on loopback has its
+own node name, ``host-<k>`` in the order hosts are started (one in a network namespace has its
+namespace's host name)."""
 
 from __future__ import annotations
 
@@ -82,8 +83,10 @@ class Cluster:
             endpoint = self.controller.endpoint
         placement = ["--node-rank", str(node)] if node is not None else [
             "--rdzv-backend", "c10d"]
+        # On loopback every host has this machine's name; in a namespace, its own.
+        name = () if prefix else ("--node-name", f"host-{len(self.hosts)}")
         host = Job(["--nnodes", str(nnodes), *placement, "--rdzv-endpoint", endpoint,
-                    *self.host_access, "--node-name", f"host-{len(self.hosts)}", *args],
+                    *self.host_access, *name, *args],
                    run_root=self.run_root, run_id=job, cwd=self.root, node=node,
                    prefix=prefix)
         self.hosts.append(host)

@@ -32,8 +32,10 @@ _HELP = {
                 "nothing is encrypted, and the controller is not verified.",
 }
 _ENV = {name: f"TRAINGUARD_{name.upper()}" for name in _HELP}
-ENVIRONMENT = frozenset({*_ENV.values(), "TRAINGUARD_ACCESS_FILE"})
-"""Every variable these flags, and the controller's, read."""
+ENVIRONMENT = frozenset({*_ENV.values(), "TRAINGUARD_ACCESS_FILE",
+                         "TRAINGUARD_CONTROLLER_TLS_CERT", "TRAINGUARD_CONTROLLER_TLS_KEY",
+                         "TRAINGUARD_CONTROLLER_TLS_CA"})
+"""Every variable these flags, and the controller's (its own names: a host may run both), read."""
 
 ClientCa = Annotated[Path | None, typer.Option(
     "--tls-ca", help=_HELP["tls_ca"], envvar=_ENV["tls_ca"], dir_okay=False)]

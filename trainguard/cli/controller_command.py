@@ -43,15 +43,15 @@ def controller(
              "ready; then the job fails, saying why.")] = 30.0,
     tls_cert: Annotated[Path | None, typer.Option(
         help="The controller's certificate (PEM), naming the address clients dial (a SAN of "
-             "its host name or IP address): it serves TLS.", envvar="TRAINGUARD_TLS_CERT",
-        dir_okay=False)] = None,
+             "its host name or IP address): it serves TLS.",
+        envvar="TRAINGUARD_CONTROLLER_TLS_CERT", dir_okay=False)] = None,
     tls_key: Annotated[Path | None, typer.Option(
-        help="The private key (PEM) of --tls-cert.", envvar="TRAINGUARD_TLS_KEY",
+        help="The private key (PEM) of --tls-cert.", envvar="TRAINGUARD_CONTROLLER_TLS_KEY",
         dir_okay=False)] = None,
     tls_ca: Annotated[Path | None, typer.Option(
         help="The CA certificate (PEM) that signs clients' certificates: mutual TLS, every "
              "client must present one, its common name its identity in --access-file.",
-        envvar="TRAINGUARD_TLS_CA", dir_okay=False)] = None,
+        envvar="TRAINGUARD_CONTROLLER_TLS_CA", dir_okay=False)] = None,
     access_file: Annotated[Path | None, typer.Option(
         help="JSON, mode 600: the identities (certificate common names, bearer tokens) and "
              "their roles: agent (hosts of jobs), operator (status; public faults as any "
