@@ -178,3 +178,20 @@ def test_a_host_whose_names_would_escape_is_refused_and_forms_no_job(
     assert refusal in answer.registered.refused.reason
     assert status == pb.ClusterStatus()
     assert not (tmp_path / "controller").exists() or not any((tmp_path / "controller").iterdir())
+
+
+def test_the_controller_takes_a_document_dropped_into_its_directory(tmp_path: Path) -> None:
+    async def scenario() -> dict[str, list[str]]:
+        controller = _service(tmp_path)
+        await controller.start("127.0.0.1:0")
+        try:
+            directory = tmp_path / "controller" / public_fault_intake.DOCUMENTS_DIRECTORY
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "ccae.json").write_text(json.dumps(message_document()))
+            while not controller.public_faults.cache.nodes():
+                await asyncio.sleep(0.05)
+            return _cached(controller)
+        finally:
+            await controller.stop()
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == {"node-1": ["fault-0001"]}

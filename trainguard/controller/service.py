@@ -265,9 +265,13 @@ class ControllerService:
     async def _poll_documents(self) -> None:
         """Read the public fault documents as they appear or change, each second."""
         while True:
-            for _, result in await asyncio.to_thread(self._documents.poll):
-                if isinstance(result, public_fault_intake.IntakeResult):
-                    await self._hand_over(result)
+            try:
+                for _, result in await asyncio.to_thread(self._documents.poll):
+                    if isinstance(result, public_fault_intake.IntakeResult):
+                        await self._hand_over(result)
+            except Exception:  # the gRPC intake goes on; the next look may succeed
+                logger.exception("reading the public fault documents in %s failed",
+                                 self._documents.directory)
             await asyncio.sleep(DOCUMENT_POLL)
 
     async def _hand_over(self, result: public_fault_intake.IntakeResult) -> None:
