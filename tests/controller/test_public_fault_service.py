@@ -195,3 +195,40 @@ def test_the_controller_takes_a_document_dropped_into_its_directory(tmp_path: Pa
             await controller.stop()
 
     assert asyncio.run(asyncio.wait_for(scenario(), 30)) == {"node-1": ["fault-0001"]}
+
+
+def test_the_allowed_senders_come_from_the_operators_file_and_follow_its_changes(
+        tmp_path: Path) -> None:
+    shipped = json.loads((Path(public_faults.__file__).parents[1] / "data" /
+                          public_faults.SYSTEM_FILE_NAME).read_text())
+    config = tmp_path / "fault-config"
+    config.mkdir()
+    custom = config / "publicCustomization.json"
+    custom.write_text(json.dumps({**shipped, "publicFaultResource": ["our-monitor"]}))
+
+    async def scenario() -> list[tuple[int, str]]:
+        controller = service.ControllerService(service.ControllerSettings(
+            run_root=tmp_path / "controller", fault_config_dir=config,
+            security=grpc_security.ServerSecurity(insecure=True)), clock=FakeClock())
+        port = await controller.start("127.0.0.1:0")
+
+        async def send(resource: str, fault_id: str) -> tuple[int, str]:
+            answer = await grpc_channel.send_public_fault(
+                f"127.0.0.1:{port}", pubfault_messages.from_document(message_document(
+                    fault_document(faultId=fault_id), resource=resource)),
+                timeout=10, security=CLIENT)
+            return answer.code, answer.info
+
+        try:
+            answers = [await send("our-monitor", "fault-0001"), await send("CCAE", "fault-0002")]
+            custom.write_text(json.dumps({**shipped, "publicFaultResource": ["CCAE"]}))
+            while "CCAE" not in controller.public_faults.config.resources:
+                await asyncio.sleep(0.05)
+            answers.append(await send("CCAE", "fault-0003"))
+            return answers
+        finally:
+            await controller.stop()
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == [
+        (0, "public fault send successfully"), (410, "limiter work by resource failed"),
+        (0, "public fault send successfully")]

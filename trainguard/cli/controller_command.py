@@ -57,6 +57,11 @@ def controller(
              "their roles: agent (hosts of jobs), operator (status; public faults as any "
              "sender), public-fault-sender (public faults as its listed resources). Needed "
              "with TLS.", envvar="TRAINGUARD_ACCESS_FILE", dir_okay=False)] = None,
+    fault_config_dir: Annotated[Path | None, typer.Option(
+        help="A directory with publicFaultConfiguration.json or publicCustomization.json (a "
+             "symbolic link refused): public fault codes' levels and the allowed senders, "
+             "re-read when they change. Default: the shipped ones, the original's.",
+        exists=True, file_okay=False)] = None,
     insecure: Annotated[bool, typer.Option(
         "--insecure", help="Serve plain text: anyone on the network can read the traffic, "
         "and without --access-file anyone who reaches the port may register hosts, read the "
@@ -70,7 +75,8 @@ def controller(
             certificate=tls_cert, key=tls_key, client_ca=tls_ca, access=access_file,
             insecure=insecure)
         settings = service.ControllerSettings(run_root=run_root, host_lease=host_lease,
-                                              host_wait=host_wait, security=security)
+                                              host_wait=host_wait, security=security,
+                                              fault_config_dir=fault_config_dir)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     # Hosts joining and where each generation meets are what an operator watches for here.

@@ -80,6 +80,13 @@ class PublicFaultIntake:
         """The active public faults of each node (what the cluster documents will show)."""
         self._clock = clock
 
+    def reconfigure(self, config: public_faults.PublicFaultConfig) -> None:
+        """Codes and senders changed (publicFaultConfiguration.json or publicCustomization.json
+        edited): later messages are checked against them; the active faults stay."""
+        if config.resources != self.config.resources:
+            self._limiter = public_messages.RateLimiter(config.resources)
+        self.config = config
+
     def take(self, document: object, *, source: str) -> IntakeResult:
         """Take in one message (parsed JSON, from anyone); ``source`` names where it came
         from in the log."""

@@ -31,6 +31,7 @@ from trainguard import names, owner_only
 from trainguard.controller import (
     agent_proxy,
     cluster_agents,
+    fault_config,
     job_controller,
     policy,
     public_fault_intake,
@@ -178,6 +179,9 @@ class ControllerSettings:
     """Where each job's state store (``<run root>/<job>/state.db``) is kept."""
     security: grpc_security.ServerSecurity = dataclasses.field(kw_only=True)
     """How callers are authenticated, and what each may do."""
+    fault_config_dir: Path | None = None
+    """A directory with publicFaultConfiguration.json or publicCustomization.json: the public
+    fault codes' levels and the allowed senders, re-read on change (None: the shipped ones)."""
     link_timeout: float = 120.0
     """Seconds an agent has to report once registered (it starts its standby process
     first, which imports torch)."""
@@ -208,8 +212,12 @@ class ControllerService:
         self._server = grpc_channel.ControlServer(
             self._agent_joined, security=settings.security, on_status=self.status,
             on_public_fault=self._public_fault, lease=settings.host_lease)
+        self._fault_config = (fault_config.FaultConfigDirectory(settings.fault_config_dir)
+                              if settings.fault_config_dir is not None else None)
+        self._poll_fault_config()
         self.public_faults = public_fault_intake.PublicFaultIntake(
-            public_faults.PublicFaultConfig.default(), clock=self._clock)
+            self._fault_config.config.public if self._fault_config is not None
+            else public_faults.PublicFaultConfig.default(), clock=self._clock)
         self._documents = public_fault_intake.PublicFaultDocuments(
             settings.run_root / public_fault_intake.DOCUMENTS_DIRECTORY, self.public_faults)
         self.results: dict[str, job_controller.JobResult] = {}
@@ -262,10 +270,26 @@ class ControllerService:
         await self._hand_over(result)
         return pubfault_pb2.RespStatus(code=result.code, info=result.info)
 
+    def _poll_fault_config(self) -> bool:
+        """Read the fault configuration directory's changes; whether the configuration in force
+        changed (never at the first read)."""
+        if self._fault_config is None:
+            return False
+        changed, problems = self._fault_config.poll()
+        for problem in problems:
+            logger.warning("fault configuration: %s", problem.describe())
+        return changed
+
     async def _poll_documents(self) -> None:
-        """Read the public fault documents as they appear or change, each second."""
+        """Read the public fault documents as they appear or change, and the public fault
+        configuration when it changes, each second."""
         while True:
             try:
+                if await asyncio.to_thread(self._poll_fault_config):
+                    assert self._fault_config is not None
+                    self.public_faults.reconfigure(self._fault_config.config.public)
+                    logger.info("public fault configuration re-read from %s",
+                                self._fault_config.directory)
                 for _, result in await asyncio.to_thread(self._documents.poll):
                     if isinstance(result, public_fault_intake.IntakeResult):
                         await self._hand_over(result)
