@@ -65,7 +65,8 @@ def _hosts(tool: str, workdir: Path, *, steps: int, endpoint: str) -> list[commo
             command = [sys.executable, "-m", "trainguard", "run", "--nnodes", f"2:{HOSTS}",
                        "--node-rank", str(node), "--nproc-per-node", str(NPROC),
                        "--max-restarts", "3", "--rdzv-endpoint", endpoint, "--rdzv-id", "bench",
-                       "--run-root", str(workdir / "runs"), "--persist-interval", "1000",
+                       "--insecure", "--node-name", f"bench-host-{node}", "--run-root",
+                       str(workdir / "runs"), "--persist-interval", "1000",
                        *_job(workdir, steps, tool)]
         else:
             command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", f"2:{HOSTS}",
@@ -96,7 +97,8 @@ def trial(tool: str, *, fault: str, steps: int, rng: random.Random, root: Path
     if tool == "trainguard":
         controller = common.ProcessGroup(
             [sys.executable, "-m", "trainguard", "controller", "--listen", "127.0.0.1:0",
-             "--run-root", str(workdir / "controller")], log=workdir / "controller.log")
+             "--insecure", "--run-root", str(workdir / "controller")],
+            log=workdir / "controller.log")
         endpoint = common.wait_until(
             "the controller's port", lambda: next(
                 (line.split("listening on ")[1].split(";")[0]

@@ -222,7 +222,7 @@ async def _join(settings: RunSettings, cluster: joining.ClusterSettings
         job=agent.run_id, nnodes=cluster.nnodes, max_nodes=cluster.places,
         nproc_per_node=agent.nproc_per_node,
         program=shlex.join([program.target, *program.args]), version=__version__,
-        host=socket.gethostname(), address=address, dp_size=agent.dp_size or 0,
+        host=cluster.node_name, address=address, dp_size=agent.dp_size or 0,
         recovery=service.recovery_to_pb(settings.recovery),
         persist_interval=settings.checkpoint.persist_interval)
     if cluster.node_rank is not None:
@@ -442,7 +442,7 @@ class _ControllerAway:
         self._clock = clock
         self._controller_wait = joined.cluster.controller_wait
         self._link = controller_link.ControllerLink(agent, joined.connection.channel,
-                                                    host=socket.gethostname())
+                                                    host=joined.cluster.node_name)
 
     def request_stop(self, reason: str, *, exit_code: int) -> None:
         self._agent.request_stop(reason)
@@ -457,7 +457,7 @@ class _ControllerAway:
                     return await self._orphaned(started)
                 rejoined.append(connection)
                 self._link = controller_link.ControllerLink(
-                    self._agent, connection.channel, host=socket.gethostname())
+                    self._agent, connection.channel, host=self._joined.cluster.node_name)
         finally:
             for connection in rejoined:
                 await connection.disconnect()

@@ -133,15 +133,20 @@ def test_malformed_command_lines(args: list[str], expected: str,
     (["--nnodes", "2"], "--nnodes 2: a job across nodes needs --rdzv-endpoint"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:29400"], "every node of the job must give the "
                                                       "same --rdzv-id"),
-    (["--nnodes", "2", "--rdzv-endpoint", "h", "--rdzv-id", "j"], "'h' is not HOST:PORT"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h", "--rdzv-id", "j", "--insecure"],
+     "'h' is not HOST:PORT"),
     (["--nnodes", "2", "--standalone"], "--standalone is a single-node job"),
     (["--nnodes", "1:2"], "--nnodes 1:2: a job across nodes needs --rdzv-endpoint"),
     (["--nnodes", "3:2"], "needs 1 <= MIN <= MAX"),
     (["--nnodes", "two"], "--nnodes 'two'"),
-    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "j", "--node-rank", "2"],
-     "node-rank must be 0..1, got 2"),
-    (["--nnodes", "2:3", "--rdzv-endpoint", "h:1", "--rdzv-id", "j", "--node-rank", "3"],
-     "node-rank must be 0..2, got 3"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "j", "--node-rank", "2",
+      "--insecure"], "node-rank must be 0..1, got 2"),
+    (["--nnodes", "2:3", "--rdzv-endpoint", "h:1", "--rdzv-id", "j", "--node-rank", "3",
+      "--insecure"], "node-rank must be 0..2, got 3"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "j"],
+     "the controller is reached over TLS: give --tls-ca"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "j", "--insecure",
+      "--node-name", "../x"], "--node-name '../x' is not valid: a node name is a DNS-1123"),
     (["--node-rank", "1"], "--node-rank"),
     (["-m", "--no-python"], "--module and --no-python cannot be used together"),
     (["--redirects", "5"], "--redirects: '5' is not one of"),
@@ -268,7 +273,7 @@ def test_fault_config_dir_must_be_a_directory(script: Path, tmp_path: Path) -> N
                                     "x" * 129])
 def test_run_ids_that_are_not_one_plain_name_are_refused(run_id: str, script: Path) -> None:
     with pytest.raises(run_command.UsageError,
-                       match=r"a run id is 1 to 128 letters, digits, '[.]', '_' or '-', starting"):
+                       match=r"a job id is 1 to 128 letters, digits, '[.]', '_' or '-', starting"):
         parse(["--run-id", run_id, str(script)])
 
 
@@ -324,18 +329,20 @@ def test_snapshot_every_takes_auto_or_steps_from_flag_environment_or_file(
 def test_torchruns_multi_node_command_line_joins_a_controller(script: Path) -> None:
     settings = parse(["--nnodes", "2:3", "--nproc-per-node", "2", "--rdzv-endpoint",
                       "ctrl:29400", "--rdzv-id", "job7", "--node-rank", "1", "--rdzv-conf",
-                      "join_timeout=5,controller_wait=7", str(script)])
+                      "join_timeout=5,controller_wait=7", "--insecure", "--node-name",
+                      "rack-1.node-7", str(script)])
     cluster = settings.cluster
     assert cluster is not None
     assert (cluster.endpoint, cluster.nnodes, cluster.max_nodes, cluster.node_rank) == (
         "ctrl:29400", 2, 3, 1)
+    assert (cluster.node_name, cluster.security.insecure) == ("rack-1.node-7", True)
     assert (cluster.join_timeout, cluster.controller_wait) == (5.0, 7.0)
     assert (settings.agent.nnodes, settings.agent.world_size) == (2, 4)
 
 
 def test_with_the_c10d_backend_the_controller_assigns_the_node_rank(script: Path) -> None:
     settings = parse(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "ctrl:1",
-                      "--rdzv-id", "j", str(script)])
+                      "--rdzv-id", "j", "--insecure", str(script)])
     assert settings.cluster is not None
     assert settings.cluster.node_rank is None
 

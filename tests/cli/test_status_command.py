@@ -17,7 +17,7 @@ from trainguard.faults import process
 from trainguard.job import events
 from trainguard.launcher import STORE_NAME
 from trainguard.proto import control_pb2 as pb
-from trainguard.proto import grpc_channel
+from trainguard.proto import grpc_channel, grpc_security
 from trainguard.store import recorder, sqlite
 from trainguard.telemetry import live
 
@@ -151,13 +151,14 @@ def test_a_controllers_jobs_are_shown_host_by_host(monkeypatch: pytest.MonkeyPat
     job.hosts.add(place=1, host="host2", state="holding ranks", ranks=[2, 3])
     job.hosts.add(place=2, host="host2-old", state="lost", ranks=[])
 
-    async def ask(address: str, *, timeout: float) -> pb.ClusterStatus:
-        assert address == "ctrl:29400"
+    async def ask(address: str, *, timeout: float,
+                  security: grpc_security.ClientSecurity) -> pb.ClusterStatus:
+        assert (address, security.insecure) == ("ctrl:29400", True)
         return answer
 
     monkeypatch.setattr(grpc_channel, "cluster_status", ask)
-    result = CliRunner().invoke(main.app, ["status", "--controller", "ctrl:29400"],
-                                terminal_width=120)
+    result = CliRunner().invoke(main.app, ["status", "--controller", "ctrl:29400",
+                                           "--insecure"], terminal_width=120)
     assert result.exit_code == 0, result.output
     assert "job job7: running, generation 1, 2 hosts of 2 ranks" in result.output
     rows = [line.split() for line in result.output.splitlines() if "host" in line]

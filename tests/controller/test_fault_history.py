@@ -156,6 +156,7 @@ def test_a_damaged_record_costs_only_its_device(tmp_path: Path,
 def test_the_controller_takes_up_the_history_of_its_store(tmp_path: Path) -> None:
     """``trainguard controller --store``: a device separated before it started stays so."""
     from trainguard.controller import service  # noqa: PLC0415
+    from trainguard.proto import grpc_security  # noqa: PLC0415
 
     async def scenario() -> Level:
         url = f"sqlite://{tmp_path}/elsewhere.db"
@@ -166,7 +167,8 @@ def test_the_controller_takes_up_the_history_of_its_store(tmp_path: Path) -> Non
         await before.writer.flush()
         await store.close()
         controller = service.ControllerService(
-            service.ControllerSettings(run_root=tmp_path / "runs", store=url))
+            service.ControllerSettings(run_root=tmp_path / "runs", store=url,
+                                       security=grpc_security.ServerSecurity(insecure=True)))
         await controller.start("127.0.0.1:0")
         try:
             assert controller._device_faults is not None
@@ -174,7 +176,8 @@ def test_the_controller_takes_up_the_history_of_its_store(tmp_path: Path) -> Non
         finally:
             await controller.stop()
         broken = service.ControllerService(
-            service.ControllerSettings(run_root=tmp_path / "runs", store="etcd://nowhere"))
+            service.ControllerSettings(run_root=tmp_path / "runs", store="etcd://nowhere",
+                                       security=grpc_security.ServerSecurity(insecure=True)))
         with pytest.raises(OSError, match=r"^the store etcd://nowhere: store URL "
                            r"'etcd://nowhere': 'nowhere' is no HOST:PORT$"):
             await broken.start("127.0.0.1:0")

@@ -1,5 +1,10 @@
 """Jobs across hosts for real: ``trainguard controller`` and one ``trainguard run`` per host,
-on loopback or each host in a network namespace of its own (tests/hosts/netns.py)."""
+on loopback or each host in a network namespace of its own (tests/hosts/netns.py).
+
+The controller serves plain text (``--insecure``) unless a test passes its own access flags
+(``access``: the controller's, ``host_access``: every host's); each host on loopback has its
+own node name, ``host-<k>`` in the order hosts are started (one in a network namespace has its
+namespace's host name)."""
 
 from __future__ import annotations
 
@@ -27,10 +32,11 @@ class Controller(LoggedProcess):
     ``address:port`` and it listens only once it leads (:meth:`wait_leading`)."""
 
     def __init__(self, *args: str, run_root: Path, cwd: Path, address: str = "127.0.0.1",
-                 port: int = 0, standby: bool = False, name: str = "controller") -> None:
+                 port: int = 0, standby: bool = False, name: str = "controller",
+                 access: tuple[str, ...] = ("--insecure",)) -> None:
         self.run_root = run_root
         super().__init__([sys.executable, "-m", "trainguard", "controller", "--listen",
-                          f"{address}:{port}", "--run-root", str(run_root), *args],
+                          f"{address}:{port}", "--run-root", str(run_root), *access, *args],
                          log=cwd / f"{name}.console.log", cwd=cwd)
         if standby:
             self.endpoint = f"{address}:{port}"
@@ -74,10 +80,12 @@ class Cluster:
         self.controller: Controller | None = None
         self.extra: list[LoggedProcess] = []  # more controllers, ended with the rest
         self.hosts: list[Job] = []
+        self.host_access: tuple[str, ...] = ("--insecure",)
 
-    def start_controller(self, *args: str, address: str = "127.0.0.1") -> Controller:
+    def start_controller(self, *args: str, address: str = "127.0.0.1",
+                         access: tuple[str, ...] = ("--insecure",)) -> Controller:
         self.controller = Controller(*args, run_root=self.root / "controller", cwd=self.root,
-                                     address=address)
+                                     address=address, access=access)
         return self.controller
 
     def host(self, node: int | None, *args: str, job: str = "job", nnodes: int | str = 2,
@@ -88,7 +96,10 @@ class Cluster:
             endpoint = self.controller.endpoint
         placement = ["--node-rank", str(node)] if node is not None else [
             "--rdzv-backend", "c10d"]
-        host = Job(["--nnodes", str(nnodes), *placement, "--rdzv-endpoint", endpoint, *args],
+        # On loopback every host has this machine's name; in a namespace, its own.
+        name = () if prefix else ("--node-name", f"host-{len(self.hosts)}")
+        host = Job(["--nnodes", str(nnodes), *placement, "--rdzv-endpoint", endpoint,
+                    *self.host_access, *name, *args],
                    run_root=self.run_root, run_id=job, cwd=self.root, node=node,
                    prefix=prefix)
         self.hosts.append(host)

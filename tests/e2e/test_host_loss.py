@@ -41,8 +41,8 @@ def _started(cluster: Cluster, tmp_path: Path, *, prefixes: tuple[tuple[str, ...
 def _status(endpoint: str) -> dict[str, Any]:
     """``trainguard status --controller`` as an operator runs it."""
     done = subprocess.run([sys.executable, "-m", "trainguard", "status", "--controller",
-                           endpoint, "--json"], capture_output=True, text=True, timeout=60,
-                          check=True)
+                           endpoint, "--insecure", "--json"], capture_output=True, text=True,
+                          timeout=60, check=True)
     found: dict[str, Any] = json.loads(done.stdout)
     return found
 

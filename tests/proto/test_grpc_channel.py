@@ -17,7 +17,10 @@ from trainguard.agent import controller_link
 from trainguard.controller import agent_proxy
 from trainguard.faults import process
 from trainguard.proto import control_pb2 as pb
-from trainguard.proto import grpc_channel, versioned
+from trainguard.proto import grpc_channel, grpc_security, versioned
+
+SERVER = grpc_security.ServerSecurity(insecure=True)
+CLIENT = grpc_security.ClientSecurity(insecure=True)
 
 
 def test_the_controller_drives_an_agent_across_a_grpc_stream() -> None:
@@ -41,10 +44,11 @@ def test_the_controller_drives_an_agent_across_a_grpc_stream() -> None:
             await proxy.close()
 
         agent = FakeAgent()
-        server = grpc_channel.ControlServer(drive)
+        server = grpc_channel.ControlServer(drive, security=SERVER)
         port = await server.start("127.0.0.1:0")
         try:
-            connection = await grpc_channel.connect(f"127.0.0.1:{port}", timeout=10)
+            connection = await grpc_channel.connect(f"127.0.0.1:{port}", timeout=10,
+                                                    security=CLIENT)
             link_agent: Any = agent
             link = controller_link.ControllerLink(link_agent, connection.channel, host="host-b")
             # The controller's handler returns and its stream ends: the agent's serving ends.
@@ -81,10 +85,11 @@ def test_an_agent_that_goes_away_fails_the_controllers_waiting_command() -> None
                 await proxy.close()
                 await asyncio.wait_for(command, 10)
 
-        server = grpc_channel.ControlServer(drive)
+        server = grpc_channel.ControlServer(drive, security=SERVER)
         port = await server.start("127.0.0.1:0")
         try:
-            connection = await grpc_channel.connect(f"127.0.0.1:{port}", timeout=10)
+            connection = await grpc_channel.connect(f"127.0.0.1:{port}", timeout=10,
+                                                    security=CLIENT)
             agent = FakeAgent()
             agent.settling = asyncio.Event()  # never set: the agent is busy settling
             link_agent: Any = agent
@@ -106,12 +111,12 @@ def test_an_agent_that_goes_away_fails_the_controllers_waiting_command() -> None
 def test_a_controller_that_refuses_is_named_with_its_address_at_once() -> None:
     async def scenario() -> None:
         # A port nobody listens on: bound and closed.
-        server = grpc_channel.ControlServer(lambda *_: asyncio.sleep(0))
+        server = grpc_channel.ControlServer(lambda *_: asyncio.sleep(0), security=SERVER)
         port = await server.start("127.0.0.1:0")
         await server.stop()
         with pytest.raises(ConnectionError, match=rf"the controller at 127.0.0.1:{port} refused "
                                                   "the connection, or there is no route to it"):
-            await grpc_channel.connect(f"127.0.0.1:{port}", timeout=5)
+            await grpc_channel.connect(f"127.0.0.1:{port}", timeout=5, security=CLIENT)
 
     asyncio.run(scenario())
 
@@ -120,7 +125,7 @@ def test_a_controller_that_accepts_but_never_answers_is_given_up_after_the_timeo
     async def scenario(port: int) -> None:
         with pytest.raises(ConnectionError, match=rf"the controller at 127.0.0.1:{port} did "
                                                   "not answer within 0.5 s"):
-            await grpc_channel.connect(f"127.0.0.1:{port}", timeout=0.5)
+            await grpc_channel.connect(f"127.0.0.1:{port}", timeout=0.5, security=CLIENT)
 
     # A socket that accepts connections (the kernel's backlog) and never speaks HTTP/2.
     with socket.create_server(("127.0.0.1", 0)) as silent:
@@ -136,10 +141,12 @@ def test_the_status_question_gets_the_controllers_answer_and_another_version_is_
             job.hosts.add(place=2, host="h2", state="spare")
             return answer
 
-        server = grpc_channel.ControlServer(lambda *_: asyncio.sleep(0), on_status=status)
+        server = grpc_channel.ControlServer(lambda *_: asyncio.sleep(0), on_status=status,
+                                            security=SERVER)
         port = await server.start("127.0.0.1:0")
         try:
-            got = await grpc_channel.cluster_status(f"127.0.0.1:{port}", timeout=10)
+            got = await grpc_channel.cluster_status(f"127.0.0.1:{port}", timeout=10,
+                                                   security=CLIENT)
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
                 ask = channel.unary_unary("/trainguard.control.v1.Control/Status",
                                           request_serializer=pb.StatusRequest.SerializeToString,

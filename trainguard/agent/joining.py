@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 import psutil
 
+from trainguard import names
 from trainguard.proto import channel as channels
-from trainguard.proto import codec, grpc_channel, versioned
+from trainguard.proto import codec, grpc_channel, grpc_security, versioned
 from trainguard.proto import control_pb2 as pb
 
 __all__ = ["ClusterSettings", "JoinRefusedError", "interface_of", "join", "local_address",
@@ -58,6 +59,11 @@ class ClusterSettings:
     """Seconds this host trains on once the controller's stream is gone (unless a fault ends
     the generation first: nothing recovers it then); then it stops after a dying
     checkpoint."""
+    node_name: str = "localhost"
+    """This host's name to the controller, and the ``nodeName`` public faults name it by (a
+    DNS-1123 subdomain; the command line's default is the host name, lower-cased)."""
+    security: grpc_security.ClientSecurity = dataclasses.field(kw_only=True)
+    """How this host proves itself to the controller, and checks it is the controller."""
 
     def __post_init__(self) -> None:
         for endpoint in self.endpoints:
@@ -74,6 +80,7 @@ class ClusterSettings:
         if not self.controller_wait >= 0:
             raise ValueError(f"controller_wait must be >= 0 seconds, got "
                              f"{self.controller_wait}")
+        names.node_name(self.node_name, what="node_name")
 
     @property
     def endpoints(self) -> list[str]:
@@ -163,7 +170,8 @@ async def _reach(settings: ClusterSettings, register: pb.Register, *, within: fl
             if left <= 0:
                 break
             try:
-                connection = await grpc_channel.connect(endpoint, timeout=min(left, 5.0))
+                connection = await grpc_channel.connect(endpoint, timeout=min(left, 5.0),
+                                                        security=settings.security)
             except ConnectionError as error:
                 last = ConnectionError(f"{endpoint}: {error}")
                 continue

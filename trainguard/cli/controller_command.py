@@ -3,7 +3,8 @@
 Each host runs ``trainguard run --nnodes N --rdzv-endpoint HOST:PORT --rdzv-id JOB ...``; the
 controller forms the job when all N have joined, drives it, and prints its faults, decisions and
 recoveries as ``trainguard run`` does on one host. Each job's events are kept in
-``<run root>/<job>/state.db`` (``trainguard events --run-dir``).
+``<run root>/<job>/state.db`` (``trainguard events --run-dir``). It serves TLS, and knows its
+callers from an access file (README "Deploying securely"); plain text only with --insecure.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import typer
 from trainguard.cli import console as console_output
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.controller import service
+from trainguard.proto import grpc_security
 
 __all__ = ["controller"]
 
@@ -49,13 +51,43 @@ def controller(
     leader_ttl: Annotated[float, typer.Option(
         help="Seconds the leader leads after its last word to the store: a standby takes "
              "over within about this long after the leader dies.")] = 2.0,
+    tls_cert: Annotated[Path | None, typer.Option(
+        help="The controller's certificate (PEM), naming the address clients dial (a SAN of "
+             "its host name or IP address): it serves TLS.",
+        envvar="TRAINGUARD_CONTROLLER_TLS_CERT", dir_okay=False)] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        help="The private key (PEM) of --tls-cert.", envvar="TRAINGUARD_CONTROLLER_TLS_KEY",
+        dir_okay=False)] = None,
+    tls_ca: Annotated[Path | None, typer.Option(
+        help="The CA certificate (PEM) that signs clients' certificates: mutual TLS, every "
+             "client must present one, its common name its identity in --access-file.",
+        envvar="TRAINGUARD_CONTROLLER_TLS_CA", dir_okay=False)] = None,
+    access_file: Annotated[Path | None, typer.Option(
+        help="JSON, mode 600: the identities (certificate common names, bearer tokens) and "
+             "their roles: agent (hosts of jobs), operator (status; public faults as any "
+             "sender), public-fault-sender (public faults as its listed resources). Needed "
+             "with TLS.", envvar="TRAINGUARD_ACCESS_FILE", dir_okay=False)] = None,
+    fault_config_dir: Annotated[Path | None, typer.Option(
+        help="A directory with publicFaultConfiguration.json or publicCustomization.json (a "
+             "symbolic link refused): public fault codes' levels and the allowed senders, "
+             "re-read when they change. Default: the shipped ones, the original's.",
+        exists=True, file_okay=False)] = None,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="Serve plain text: anyone on the network can read the traffic, "
+        "and without --access-file anyone who reaches the port may register hosts, read the "
+        "cluster and send public faults. Warned at every start.")] = False,
 ) -> None:
-    """Serve as the controller of jobs across hosts (trainguard run --nnodes N)."""
+    """Serve as the controller of jobs across hosts (trainguard run --nnodes N), and take
+    public faults (trainguard faults send, or documents in RUN_ROOT/public-faults)."""
     observer = console_output.ConsoleObserver()
     try:
+        security = grpc_security.ServerSecurity.from_files(
+            certificate=tls_cert, key=tls_key, client_ca=tls_ca, access=access_file,
+            insecure=insecure)
         settings = service.ControllerSettings(run_root=run_root, host_lease=host_lease,
                                               host_wait=host_wait, store=store,
-                                              leader_ttl=leader_ttl)
+                                              leader_ttl=leader_ttl, security=security,
+                                              fault_config_dir=fault_config_dir)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     # Hosts joining and where each generation meets are what an operator watches for here.

@@ -6,6 +6,10 @@ The controller runs in this process (``trainguard controller``'s service); each 
 killed host's agent and workers all get SIGKILL; its ranks go to the spare host, their state
 sent by their data-parallel replicas on the other host, while the other host keeps its
 processes. The job's final parameters must equal those of the run without faults.
+
+The controller serves plain text on loopback (``--insecure``, with its warning: the demo has no
+certificates), but still knows its hosts: each presents the agent token the demo made for this
+run (README "Deploying securely" shows TLS).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -21,8 +26,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trainguard import owner_only
 from trainguard.cli import console as console_output
 from trainguard.controller import service
+from trainguard.proto import grpc_security
 
 __all__ = ["HostDemo", "run"]
 
@@ -34,7 +41,7 @@ class HostDemo:
     """Three hosts' ``trainguard run`` processes and their logs."""
 
     def __init__(self, *, run_root: Path, job: str, endpoint: str, steps: int, width: int,
-                 digest: Path) -> None:
+                 digest: Path, token_file: Path) -> None:
         self.logs = [run_root / f"{job}.host-{node}.log" for node in range(3)]
         self.processes: list[subprocess.Popen[bytes]] = []
         for node, log in enumerate(self.logs):
@@ -42,7 +49,9 @@ class HostDemo:
                 self.processes.append(subprocess.Popen(
                     [sys.executable, "-m", "trainguard", "run", "--nnodes", "2:3",
                      "--node-rank", str(node), "--nproc-per-node", "2", "--max-restarts", "3",
-                     "--rdzv-endpoint", endpoint, "--rdzv-id", job, "--run-root",
+                     "--rdzv-endpoint", endpoint, "--rdzv-id", job, "--insecure",
+                     "--token-file", str(token_file), "--node-name", f"demo-host-{node}",
+                     "--run-root",
                      str(run_root), "-m", "trainguard.demo.ddp_job", "--steps", str(steps),
                      "--width", str(width), "--batch", "128", "--output", str(digest)],
                     stdout=output, stderr=subprocess.STDOUT, start_new_session=True))
@@ -89,14 +98,23 @@ async def run(*, run_root: Path, job: str, steps: int, width: int, console: Cons
     """Run the job across three hosts, kill host 1 at a third of the steps; returns the final
     parameters' digest (None: the job failed, which is printed)."""
     observer = console_output.ConsoleObserver(console)
+    token = secrets.token_urlsafe(24)
+    access = grpc_security.AccessPolicy.parse({"identities": [
+        {"name": "demo-hosts", "roles": ["agent"], "token": token}]})
     controller = service.ControllerService(
-        service.ControllerSettings(run_root=run_root / f"{job}-controller"),
+        service.ControllerSettings(run_root=run_root / f"{job}-controller",
+                                   security=grpc_security.ServerSecurity(insecure=True,
+                                                                         access=access)),
         on_event=observer.event)
     port = await controller.start("127.0.0.1:0")
     digest = run_root / job / "final-parameters.sha256"
-    (run_root / job).mkdir(parents=True, exist_ok=True)
+    owner_only.make_dir(run_root / job)
+    token_file = run_root / job / "agent.token"
+    descriptor = owner_only.create(token_file)
+    with os.fdopen(descriptor, "w") as written:
+        written.write(token)
     hosts = HostDemo(run_root=run_root, job=job, endpoint=f"127.0.0.1:{port}", steps=steps,
-                     width=width, digest=digest)
+                     width=width, digest=digest, token_file=token_file)
     try:
         console.print(f"controller on 127.0.0.1:{port}; hosts 0 and 1 hold 2 ranks each, host "
                       f"2 is a spare; logs: {hosts.logs[0].parent}/{job}.host-N.log")

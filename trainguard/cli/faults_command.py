@@ -1,23 +1,29 @@
-"""``trainguard faults explain`` and ``replay``: the fault engine for operators."""
+"""``trainguard faults explain``, ``replay``, ``check-message`` and ``send``: the fault engine
+for operators, and the operator's client of the controller's PubFault service."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from trainguard.cli import controller_access
 from trainguard.clock import iso_utc
 from trainguard.controller import fault_config
 from trainguard.faults import explain
 from trainguard.faults.device import device_health, replay
 from trainguard.faults.public import public_messages
+from trainguard.proto import grpc_channel, pubfault_messages
 
 __all__ = ["faults_app"]
 
-faults_app = typer.Typer(help="Fault codes and levels: explain a code, replay a timeline.",
-                         no_args_is_help=True)
+faults_app = typer.Typer(help="Fault codes and levels: explain a code, replay a timeline; "
+                              "check and send public faults.", no_args_is_help=True)
 
 ConfigDir = Annotated[Path | None, typer.Option(
     help="A directory with your faultCode.json, faultCustomization.json, SwitchFaultCode.json, "
@@ -148,6 +154,86 @@ def check_message(
         raise typer.Exit(2)
     if reasons:
         raise typer.Exit(1)
+
+
+_FAULT_TYPES = ("NPU", "Node", "Network", "Storage")  # by a public code's digit 1
+
+
+@faults_app.command("send")
+def send(
+    *,
+    message_file: Annotated[Path | None, typer.Argument(
+        metavar="[MESSAGE.json]", dir_okay=False, exists=True,
+        help="A public fault message (the PublicFault JSON) to send as it is. Without it, "
+             "one fault is built from --resource, --code, --node and --device.")] = None,
+    controller: Annotated[str, typer.Option(
+        help="HOST:PORT of the trainguard controller.")] = "127.0.0.1:29400",
+    resource: Annotated[str | None, typer.Option(
+        help="The sender (one of publicFaultResource), for a built message.")] = None,
+    code: Annotated[str | None, typer.Option(
+        help="The 9-digit public fault code, for a built message.")] = None,
+    node: Annotated[str | None, typer.Option(
+        help="The node (the host's --node-name) the fault is on, for a built message.")
+    ] = None,
+    device: Annotated[list[int] | None, typer.Option(
+        help="A device index on --node; repeatable.")] = None,
+    assertion: Annotated[str, typer.Option(
+        help="occur, recover or once, for a built message.")] = "occur",
+    description: Annotated[str, typer.Option(help="Free text, for a built message.")] = "",
+    tls_ca: controller_access.ClientCa = None,
+    tls_cert: controller_access.ClientCert = None,
+    tls_key: controller_access.ClientKey = None,
+    token_file: controller_access.TokenFile = None,
+    insecure: controller_access.ClientInsecure = False,
+) -> None:
+    """Send a public fault to the controller (PubFault.SendPublicFault), as an operator or a
+    public-fault sender, and print its answer: code 0 taken in, 409 refused by the message
+    checks, 410 over the sender's rate. Exit code 0: taken in; 1: refused, by the controller
+    or before (credentials, role, size); 2: the message cannot be read."""
+    security = controller_access.client_security(
+        tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token_file=token_file,
+        insecure=insecure)
+    if message_file is not None:
+        try:
+            document: Any = json.loads(message_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            typer.echo(f"trainguard: {message_file}: not valid JSON ({error})", err=True)
+            raise typer.Exit(2) from error
+    else:
+        document = _built(resource=resource, code=code, node=node, devices=device or [],
+                          assertion=assertion, description=description)
+    try:
+        request = pubfault_messages.from_document(document)
+    except ValueError as error:
+        typer.echo(f"trainguard: {message_file or 'the message'}: {error}", err=True)
+        raise typer.Exit(2) from error
+    try:
+        answer = asyncio.run(grpc_channel.send_public_fault(controller, request, timeout=10.0,
+                                                            security=security))
+    except grpc_channel.CallRefusedError as error:
+        typer.echo(f"trainguard: {error}", err=True)
+        raise typer.Exit(1) from error
+    typer.echo(f"code {answer.code}: {answer.info}")
+    if answer.code != 0:
+        raise typer.Exit(1)
+
+
+def _built(*, resource: str | None, code: str | None, node: str | None, devices: list[int],
+           assertion: str, description: str) -> dict[str, Any]:
+    """One fault, now, with fresh ids (faultId, message id)."""
+    missing = [flag for flag, value in (("--resource", resource), ("--code", code),
+                                        ("--node", node), ("--device", devices)) if not value]
+    if missing or code is None:
+        raise typer.BadParameter(f"without MESSAGE.json, give {', '.join(missing)} to build "
+                                 "one")
+    now = int(time.time() * 1000)
+    kind = _FAULT_TYPES[int(code[0])] if code[:1] in "0123" and code else "NPU"
+    return {"id": f"trainguard-{uuid.uuid4().hex}", "timestamp": now, "version": "1.0",
+            "resource": resource, "faults": [{
+                "faultId": f"trainguard-{uuid.uuid4().hex}", "faultType": kind,
+                "faultCode": code, "faultTime": now, "assertion": assertion,
+                "influence": [{"nodeName": node, "deviceIds": devices}],
+                "description": description}]}
 
 
 def _until(text: str) -> float:

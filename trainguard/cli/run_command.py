@@ -14,8 +14,8 @@ import datetime
 import difflib
 import logging
 import os
-import re
 import signal
+import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
-from trainguard import launcher
+from trainguard import launcher, names
 from trainguard.agent import (
     checkpoint_memory,
     fault_injection,
@@ -32,12 +32,13 @@ from trainguard.agent import (
     worker_output,
     workers,
 )
-from trainguard.cli import config_file, settings_flags, torchrun_flags
+from trainguard.cli import config_file, controller_access, settings_flags, torchrun_flags
 from trainguard.cli import console as console_output
 from trainguard.controller import policy
 from trainguard.detect import heartbeat
 from trainguard.ipc import messages
 from trainguard.job import replicas
+from trainguard.proto import grpc_security
 
 __all__ = ["DEFAULT_RUN_ROOT", "UsageError", "build_settings", "config_keys", "effective",
            "known_environment", "load_config", "main", "parser"]
@@ -126,6 +127,12 @@ def parser() -> argparse.ArgumentParser:
                       action="append",
                       help="Faults to inject, for demonstrations and tests: KIND:RANK:STEP[,...] "
                            f"with KIND one of {_KINDS}; repeatable. [env TRAINGUARD_INJECT]")
+    ours.add_argument("--node-name", dest="own__node_name", metavar="NAME",
+                      default=os.environ.get("TRAINGUARD_NODE_NAME"),
+                      help="This host's name to the controller (--nnodes > 1), and the "
+                           "nodeName public faults name it by: a DNS-1123 subdomain. "
+                           "[default: the host name, lower-cased; env TRAINGUARD_NODE_NAME]")
+    controller_access.add_client_arguments(result)
     result.add_argument("training_script", help="The script (or module, or program) to run.")
     result.add_argument("training_script_args", nargs=argparse.REMAINDER,
                         help="Arguments for the script.")
@@ -230,17 +237,13 @@ def _warn_ignored(arguments: argparse.Namespace, *, across_nodes: bool) -> None:
             logger.warning("%s has no effect: %s", flag.names[0], flag.ignored)
 
 
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_RUN_ID_RULE = ("1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit "
-                "(it names a directory under --run-root)")
-
-
 def _run_id(value: str) -> str:
     """The job's id, which names its run directory, so it must stay one plain name."""
     if value and value != "none":
-        if not _RUN_ID.fullmatch(value):
-            raise UsageError(f"--rdzv-id/--run-id {value!r}: a run id is {_RUN_ID_RULE}")
-        return value
+        try:
+            return names.job_id(value, what="--rdzv-id/--run-id")
+        except names.InvalidNameError as error:
+            raise UsageError(str(error)) from error
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{uuid.uuid4().hex[:6]}"
 
@@ -283,7 +286,8 @@ def config_keys() -> set[str]:
 def known_environment() -> set[str]:
     """Every ``TRAINGUARD_*`` variable an option reads."""
     return ({variable for group in GROUPS for variable in group.environment()}
-            | set(_OWN.values()) | _ELSEWHERE)
+            | set(_OWN.values()) | _ELSEWHERE | controller_access.ENVIRONMENT
+            | {"TRAINGUARD_NODE_NAME"})
 
 
 def load_config(path: Path | str | None, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -425,10 +429,16 @@ def _cluster(arguments: argparse.Namespace) -> joining.ClusterSettings | None:
         controller_wait = float(conf.pop("controller_wait", 60))
         # As torchrun: the static backend takes --node-rank, the others assign one.
         node_rank = arguments.node_rank if arguments.rdzv_backend == "static" else None
+        security = controller_access.client_from_arguments(arguments)
+        given = arguments.own__node_name
+        node_name = names.node_name(given or socket.gethostname().lower(), what="--node-name"
+                                    if given else "this host's name (give --node-name)")
         cluster = joining.ClusterSettings(
             endpoint=arguments.rdzv_endpoint, nnodes=nnodes, max_nodes=most, node_rank=node_rank,
             local_addr=arguments.local_addr, join_timeout=timeout,
-            controller_wait=controller_wait)
+            controller_wait=controller_wait, node_name=node_name, security=security)
+    except (names.InvalidNameError, grpc_security.AccessError) as error:
+        raise UsageError(str(error)) from error
     except ValueError as error:
         raise UsageError(f"--rdzv-endpoint/--rdzv-conf/--node-rank: {error}") from error
     for key in conf:

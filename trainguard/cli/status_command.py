@@ -23,10 +23,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from trainguard.cli import runs
+from trainguard.cli import controller_access, runs
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.launcher import STORE_NAME
-from trainguard.proto import grpc_channel
+from trainguard.proto import grpc_channel, grpc_security
 from trainguard.store import api, sqlite
 from trainguard.telemetry import live
 
@@ -144,7 +144,13 @@ def status(
                                             "--watch.")] = 1.0,
     controller: Annotated[str | None, typer.Option(
         help="HOST:PORT of a trainguard controller: its jobs across hosts, each host's ranks "
-             "and state (holding ranks, spare, lost), and the generation.")] = None,
+             "and state (holding ranks, spare, lost), and the generation. Asking needs the "
+             "operator role.")] = None,
+    tls_ca: controller_access.ClientCa = None,
+    tls_cert: controller_access.ClientCert = None,
+    tls_key: controller_access.ClientKey = None,
+    token_file: controller_access.TokenFile = None,
+    insecure: controller_access.ClientInsecure = False,
 ) -> None:
     """Show a job's ranks (step, steps/s, heartbeat, snapshot, pid) and its tally.
 
@@ -152,7 +158,10 @@ def status(
     --controller: the jobs across hosts that controller runs.
     """
     if controller is not None:
-        _cluster_status(controller, as_json=as_json)
+        security = controller_access.client_security(
+            tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token_file=token_file,
+            insecure=insecure)
+        _cluster_status(controller, as_json=as_json, security=security)
         return
     choice = runs.choose(run_dir, run_root)
     try:
@@ -171,9 +180,11 @@ def status(
         raise typer.Exit(1) from error
 
 
-def _cluster_status(address: str, *, as_json: bool) -> None:
+def _cluster_status(address: str, *, as_json: bool,
+                    security: grpc_security.ClientSecurity) -> None:
     try:
-        status = asyncio.run(grpc_channel.cluster_status(address, timeout=10.0))
+        status = asyncio.run(grpc_channel.cluster_status(address, timeout=10.0,
+                                                         security=security))
     except ConnectionError as error:
         typer.echo(f"trainguard: {error}", err=True)
         raise typer.Exit(1) from error

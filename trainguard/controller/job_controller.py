@@ -110,12 +110,50 @@ class JobController:
         self._repeated: tuple[tuple[object, ...] | None, int] = (None, 0)
         """The last failure that came before any step completed, and how often in a row."""
         self._journal = journal
+        self._generation: api.GenerationHandle | None = None
+        self._reported: dict[str, tuple[device_health.DeviceHealth, str]] = {}
+        """Devices reported isolated from outside, not yet acted on: health, code."""
+        self._reported_ready = asyncio.Event()
 
     def request_stop(self, reason: str, *, exit_code: int) -> None:
         """Stop the job gracefully (dying checkpoint), e.g. on SIGINT or SIGTERM."""
         if not self._stop.is_set():
             self._stop_reason, self._stop_exit_code = reason, exit_code
             self._stop.set()
+
+    async def device_fault(self, event: DeviceFaultEvent, *, reported_by: str) -> None:
+        """A device's fault reported from outside the job's processes (a public fault), graded
+        at the level its sender's configuration gives (``event.level``) and recorded. A level
+        that isolates a device a rank is on ends the generation as that rank's fault, so the
+        rank moves off it as with a worker's own isolating code; other levels are recorded."""
+        health = self.device_faults.report(event)
+        generation = self._generation
+        on_it = [] if generation is None else [
+            w.rank for w in generation.workers.values() if _device_name(w) == event.device]
+        if health.level in ISOLATING:
+            self._isolated.add(event.device)
+            if on_it:
+                self._reported[event.device] = (health, event.code)
+                self._reported_ready.set()
+        self._record(events.DeviceFaultReported(
+            job=self._job, generation=generation.number if generation is not None else -1,
+            device=event.device, code=event.code, assertion=str(event.assertion),
+            level=str(health.level), reported_by=reported_by,
+            rank=on_it[0] if on_it else None, moves=health.level in ISOLATING and bool(on_it)))
+
+    def _reported_fault(self, generation: api.GenerationHandle) -> process.ProcessFault | None:
+        """A rank on a device reported isolated from outside, as its fault (graded already)."""
+        self._reported_ready.clear()
+        while self._reported:
+            device, (health, code) = self._reported.popitem()
+            for w in generation.workers.values():
+                if _device_name(w) == device:
+                    self._graded[(generation.number, w.rank)] = health
+                    return process.ProcessFault(
+                        rank=w.rank, pid=0, kind=process.ProcessFaultKind.DEVICE_REPORTED,
+                        detected_at=self._clock.monotonic(), alive=w.alive, code=code,
+                        detail=f"{device} is {health.level}", device=device, level=health.level)
+        return None
 
     async def run(self, *, resume: job_record.JobRecord | None = None,
                   adopted: api.GenerationHandle | None = None) -> JobResult:
@@ -132,7 +170,7 @@ class JobController:
             self._isolated.update(resume.isolated)
             self._resume_step = resume.resume_step
         if adopted is not None:
-            generation = adopted
+            generation = self._generation = adopted
             self._record(events.ControllerTookOver(
                 job=self._job, generation=generation.number, adopted=True,
                 reason="every host trains on in it"))
@@ -206,8 +244,9 @@ class JobController:
         """The generation's outcome (None if a stop was requested first); when an in-process
         recovery misses its deadline, a fault outcome without a fault, saying so."""
         stop = asyncio.create_task(self._stop.wait())
+        reported = asyncio.create_task(self._reported_ready.wait())
         watcher = None
-        waiting: list[asyncio.Future[Any]] = [generation.outcome, stop]
+        waiting: list[asyncio.Future[Any]] = [generation.outcome, stop, reported]
         if recovering is not None:
             watcher = asyncio.create_task(self._measure_recovery(generation, recovering))
             if recovering.strategy in policy.IN_PROCESS:
@@ -224,6 +263,12 @@ class JobController:
                     return None
                 if generation.outcome.done():
                     return generation.outcome.result()
+                if reported in done:
+                    if (fault := self._reported_fault(generation)) is not None:
+                        return process.GenerationOutcome(process.OutcomeKind.FAULT, fault=fault)
+                    waiting[waiting.index(reported)] = reported = asyncio.create_task(
+                        self._reported_ready.wait())
+                    continue
                 if watcher is not None and watcher in done:
                     waiting.remove(watcher)  # recovered: watch the generation as any other
                     continue
@@ -232,7 +277,7 @@ class JobController:
                         process.OutcomeKind.FAULT, detail="not every rank stepping within "
                         f"{self.settings.recover_timeout:g} s")
         finally:
-            for task in (stop, watcher):
+            for task in (stop, reported, watcher):
                 if task is not None and not task.done():
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -333,6 +378,7 @@ class JobController:
         return str(error)
 
     def _started(self, generation: api.GenerationHandle) -> None:
+        self._generation = generation
         self._record(events.GenerationStarted(
             job=self._job, generation=generation.number, world_size=self._world_size,
             master_port=generation.master_port, restart_count=self._restarts_used,

@@ -9,6 +9,10 @@ them as one (:class:`~trainguard.controller.cluster_agents.ClusterAgents`), its 
 job's SQLite store under the controller's run root; at the end every host is told the outcome
 and exits with its code. The job's id is then free for a later run (which resumes from its
 checkpoints).
+
+The same server takes public faults (``PubFault.SendPublicFault``, and documents in
+``<run root>/public-faults``: :mod:`.public_fault_intake`) and hands each to the running jobs
+whose hosts it names. Every call is authenticated first (:mod:`trainguard.proto.grpc_security`).
 """
 
 from __future__ import annotations
@@ -23,19 +27,29 @@ from pathlib import Path
 from google.protobuf import message as protobuf_message
 
 from trainguard import clock as clocks
-from trainguard import owner_only
+from trainguard import names, owner_only
 from trainguard.controller import (
     agent_proxy,
     cluster_agents,
+    fault_config,
     fault_history,
     job_controller,
     job_record,
     leadership,
     policy,
+    public_fault_intake,
 )
+from trainguard.faults.public import public_faults
 from trainguard.job import events
 from trainguard.proto import channel as channels
-from trainguard.proto import codec, grpc_channel, versioned
+from trainguard.proto import (
+    codec,
+    grpc_channel,
+    grpc_security,
+    pubfault_messages,
+    pubfault_pb2,
+    versioned,
+)
 from trainguard.proto import control_pb2 as pb
 from trainguard.store import api, kv, recorder, sqlite, trailing, urls
 
@@ -45,6 +59,7 @@ __all__ = ["REGISTER_TIMEOUT", "ControllerService", "JoinError", "recovery_from_
 logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
+DOCUMENT_POLL = 1.0  # seconds between looks at the public fault documents
 STORE_NAME = "state.db"
 KV_NAME = "controller.db"
 FLUSH_TIMEOUT = 5.0  # seconds a job's last record may take to reach the store
@@ -116,6 +131,7 @@ class _ClusterJob:
         self.hosts: dict[int, agent_proxy.AgentProxy] = {}
         self.spares = cluster_agents.SparePool()
         self.agents: cluster_agents.ClusterAgents | None = None  # once it runs
+        self.controller: job_controller.JobController | None = None  # once it runs
         self.claimed: dict[int, str] = {}  # place -> the host connected there
         self.started = False
         self.ended = asyncio.Event()
@@ -179,6 +195,11 @@ class _ClusterJob:
 class ControllerSettings:
     run_root: Path
     """Where each job's state store (``<run root>/<job>/state.db``) is kept."""
+    security: grpc_security.ServerSecurity = dataclasses.field(kw_only=True)
+    """How callers are authenticated, and what each may do."""
+    fault_config_dir: Path | None = None
+    """A directory with publicFaultConfiguration.json or publicCustomization.json: the public
+    fault codes' levels and the allowed senders, re-read on change (None: the shipped ones)."""
     link_timeout: float = 120.0
     """Seconds an agent has to report once registered (it starts its standby process
     first, which imports torch)."""
@@ -216,8 +237,17 @@ class ControllerService:
         self._on_event = on_event
         self._jobs: dict[str, _ClusterJob] = {}
         self._runs: set[asyncio.Task[None]] = set()
-        self._server = grpc_channel.ControlServer(self._agent_joined, on_status=self.status,
-                                                  lease=settings.host_lease)
+        self._server = grpc_channel.ControlServer(
+            self._agent_joined, security=settings.security, on_status=self.status,
+            on_public_fault=self._public_fault, lease=settings.host_lease)
+        self._fault_config = (fault_config.FaultConfigDirectory(settings.fault_config_dir)
+                              if settings.fault_config_dir is not None else None)
+        self._poll_fault_config()
+        self.public_faults = public_fault_intake.PublicFaultIntake(
+            self._fault_config.config.public if self._fault_config is not None
+            else public_faults.PublicFaultConfig.default(), clock=self._clock)
+        self._documents = public_fault_intake.PublicFaultDocuments(
+            settings.run_root / public_fault_intake.DOCUMENTS_DIRECTORY, self.public_faults)
         self.results: dict[str, job_controller.JobResult] = {}
         """The last result of each job run here, by job id."""
         self._held = contextlib.AsyncExitStack()  # the store and the history, while serving
@@ -235,6 +265,7 @@ class ControllerService:
     @property
     def deposed_reason(self) -> str:
         return self._leadership.lost_reason if self._leadership is not None else ""
+        self._watch_documents: asyncio.Task[None] | None = None
 
     def status(self) -> pb.ClusterStatus:
         """Every job known here: its hosts (holding ranks, lost, spare) and its generation."""
@@ -285,14 +316,64 @@ class ControllerService:
         except (OSError, kv.ConflictError, kv.UnavailableError) as error:
             await self._held.aclose()
             raise OSError(f"cannot serve on {listen}: {error}") from error
+        self._watch_documents = asyncio.create_task(self._poll_documents(),
+                                                    name="public-fault-documents")
         return port
 
     async def stop(self) -> None:
-        for run in list(self._runs):
+        for run in [*self._runs, *filter(None, [self._watch_documents])]:
             run.cancel()
-        await asyncio.gather(*self._runs, return_exceptions=True)
+        await asyncio.gather(*self._runs, *filter(None, [self._watch_documents]),
+                             return_exceptions=True)
         await self._server.stop()
         await self._held.aclose()
+
+    async def _public_fault(self, request: pubfault_pb2.PublicFaultRequest
+                            ) -> pubfault_pb2.RespStatus:
+        caller = grpc_security.CALLER.get(grpc_security.ANONYMOUS).name
+        result = self.public_faults.take(pubfault_messages.to_document(request),
+                                         source=f"gRPC caller {caller}")
+        await self._hand_over(result)
+        return pubfault_pb2.RespStatus(code=result.code, info=result.info)
+
+    def _poll_fault_config(self) -> bool:
+        """Read the fault configuration directory's changes; whether the configuration in force
+        changed (never at the first read)."""
+        if self._fault_config is None:
+            return False
+        changed, problems = self._fault_config.poll()
+        for problem in problems:
+            logger.warning("fault configuration: %s", problem.describe())
+        return changed
+
+    async def _poll_documents(self) -> None:
+        """Read the public fault documents as they appear or change, and the public fault
+        configuration when it changes, each second."""
+        while True:
+            try:
+                if await asyncio.to_thread(self._poll_fault_config):
+                    assert self._fault_config is not None
+                    self.public_faults.reconfigure(self._fault_config.config.public)
+                    logger.info("public fault configuration re-read from %s",
+                                self._fault_config.directory)
+                for _, result in await asyncio.to_thread(self._documents.poll):
+                    if isinstance(result, public_fault_intake.IntakeResult):
+                        await self._hand_over(result)
+            except Exception:  # the gRPC intake goes on; the next look may succeed
+                logger.exception("reading the public fault documents in %s failed",
+                                 self._documents.directory)
+            await asyncio.sleep(DOCUMENT_POLL)
+
+    async def _hand_over(self, result: public_fault_intake.IntakeResult) -> None:
+        """Each fault a message kept, to every running job on a device it names."""
+        if result.message is None:
+            return
+        for job in list(self._jobs.values()):
+            if job.controller is not None and job.agents is not None:
+                await public_fault_intake.hand_to_job(
+                    result.message, job.controller,
+                    [*job.agents.hosts.values(), *job.spares.waiting()],
+                    wall=self._clock.wall())
 
     async def _agent_joined(self, channel: channels.Channel, peer: str) -> None:
         try:
@@ -306,6 +387,15 @@ class ControllerService:
                            envelope.WhichOneof("body"))
             return
         register = envelope.register
+        try:
+            # Both name a directory and store keys here; a host's also a public fault's node.
+            names.job_id(register.job, what="job (--rdzv-id)")
+            names.node_name(register.host, what="host (--node-name)")
+        except names.InvalidNameError as error:
+            logger.warning("refused %s: %s", peer, error)
+            channel.send(versioned.serialize(pb.Envelope(registered=pb.Registered(
+                refused=pb.Refusal(reason=str(error))))))
+            return
         job = self._jobs.setdefault(register.job, _ClusterJob(register))
         try:
             place, spare = job.admit(register)
@@ -392,7 +482,7 @@ class ControllerService:
         journal = trailing.TrailingWriter(self._store, what=f"the record of job {first.job}",
                                           fence=self._leadership.fence)
         try:
-            controller = job_controller.JobController(
+            controller = job.controller = job_controller.JobController(
                 recovery_from_pb(first.recovery), job=first.job,
                 world_size=first.nnodes * first.nproc_per_node, agent=agents,
                 recorder=events_recorder, clock=self._clock, device_faults=self._device_faults,

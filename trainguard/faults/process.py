@@ -27,6 +27,9 @@ class ProcessFaultKind(enum.StrEnum):
     RAISED = "raised"  # an exception in the step (uncaught, or caught by the step guard)
     COMMUNICATION = "communication"  # a collective failed while every rank is alive
     HOST_LOST = "host-lost"  # its host's agent is gone (killed, cut off): its ranks with it
+    # Its device was reported at an isolating level from outside (a public fault): the process
+    # may be healthy, but must move off the device.
+    DEVICE_REPORTED = "device-reported"
 
 
 _PEER_LOSS = (
@@ -125,6 +128,8 @@ class ProcessFault:
             what = f"lost its collective ({self.detail})" if self.detail else "lost its collective"
         elif self.kind is ProcessFaultKind.HOST_LOST:
             what = f"was lost with its host ({self.detail})" if self.detail else "lost its host"
+        elif self.kind is ProcessFaultKind.DEVICE_REPORTED:
+            what = f"must leave its device ({self.detail}, reported from outside)"
         elif self.returncode is not None:
             what = f"failed with {describe_returncode(self.returncode)}"
         else:

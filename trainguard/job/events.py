@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointRejected",
     "DecisionMade",
     "DeviceFaultGraded",
+    "DeviceFaultReported",
     "DeviceLevelChanged",
     "Event",
     "FaultConfigLoaded",
@@ -182,6 +183,28 @@ class DeviceFaultGraded(Event):
                         for reason in self.upgrade_reasons)
         return (f"{self.device}: {self.code} -> {self.level} (policy {self.reset_policy}"
                 + (f"; raised by {why})" if why else ")"))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFaultReported(Event):
+    """A fault of a device reported from outside the job's processes (a public fault, SPEC
+    D8), graded; a level that isolates the device moves the rank on it (``rank``) off it."""
+
+    KIND: ClassVar[str] = "device-fault-reported"
+    generation: int
+    device: str
+    code: str
+    assertion: str
+    level: str  # the device's level once the report is taken in
+    reported_by: str  # e.g. "public fault CCAE/fault-0001"
+    rank: int | None  # the job's rank on the device; None: the job does not use it
+    moves: bool  # the rank is moved off the device
+
+    def summary(self) -> str:
+        where = f"{self.device} (rank {self.rank})" if self.rank is not None else self.device
+        then = "; its rank moves off it" if self.moves else "; recorded"
+        return (f"{where}: {self.code} {self.assertion} from {self.reported_by} -> "
+                f"{self.level}{then}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,13 @@
-"""The controller protocol across hosts: each agent's :class:`~trainguard.proto.channel.Channel`
-is one gRPC ``Control.Connect`` stream (control.proto), opened by the agent.
+"""The controller's gRPC server and its clients.
 
-The controller serves (:class:`ControlServer`) and hands each stream that opens to its own
-code as a channel; an agent connects (:func:`connect`). Plain text for now: authentication
-(mutual TLS or a token) comes with the controller's service in the next step.
+Each agent's :class:`~trainguard.proto.channel.Channel` is one ``Control.Connect`` stream
+(control.proto), opened by the agent (:func:`connect`); the controller serves
+(:class:`ControlServer`) and hands each stream that opens to its own code as a channel.
+``Control.Status`` answers ``trainguard status`` (:func:`cluster_status`), and
+``PubFault.SendPublicFault`` (pubfault.proto) takes public faults from other senders
+(:func:`send_public_fault`). Every call is authenticated and its role checked first
+(:mod:`.grpc_security`); the server takes messages up to
+:data:`~.grpc_security.MAX_MESSAGE_BYTES`.
 """
 
 from __future__ import annotations
@@ -12,18 +16,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
+from google.protobuf import message as protobuf_message
 
 from trainguard.proto import channel as channels
 from trainguard.proto import control_pb2 as pb
-from trainguard.proto import versioned
+from trainguard.proto import grpc_security, pubfault_pb2, versioned
 
-__all__ = ["AGENT_LEASE", "AgentConnection", "ControlServer", "cluster_status", "connect"]
+__all__ = ["AGENT_LEASE", "AgentConnection", "CallRefusedError", "ControlServer",
+           "PublicFaultHandler", "cluster_status", "connect", "send_public_fault"]
 
 logger = logging.getLogger(__name__)
+
+_Response = TypeVar("_Response", bound=protobuf_message.Message)
 
 
 AGENT_LEASE = 2.0
@@ -41,6 +49,11 @@ _SERVICE = pb.DESCRIPTOR.services_by_name["Control"]
 _CONNECT = f"/{_SERVICE.full_name}/{_SERVICE.methods_by_name['Connect'].name}"
 """control.proto's ``Control.Connect``. Its envelopes cross the stream as the bytes the codec
 made: no (de)serializer is registered, so gRPC neither parses nor re-encodes them."""
+_PUBFAULT = pubfault_pb2.DESCRIPTOR.services_by_name["PubFault"]
+_SEND_PUBLIC_FAULT = f"/{_PUBFAULT.full_name}/SendPublicFault"
+
+PublicFaultHandler = Callable[[pubfault_pb2.PublicFaultRequest],
+                              Awaitable[pubfault_pb2.RespStatus]]
 
 
 class _StreamEnd(channels.QueuedEnd):
@@ -85,24 +98,41 @@ class ControlServer:
     which ends when it returns."""
 
     def __init__(self, on_agent: Callable[[_StreamEnd, str], Awaitable[None]], *,
+                 security: grpc_security.ServerSecurity,
                  on_status: Callable[[], pb.ClusterStatus] | None = None,
+                 on_public_fault: PublicFaultHandler | None = None,
                  lease: float = AGENT_LEASE) -> None:
         """``lease``: seconds an agent's connection may stay silent before its stream ends
         (it is pinged every half of it; a ping unanswered within half of it ends it);
-        ``on_status``: what ``Control.Status`` answers."""
+        ``on_status``: what ``Control.Status`` answers; ``on_public_fault``: takes a public
+        fault message whose caller may send as its sender (None: the service is not
+        offered)."""
         self._on_agent = on_agent
         self._on_status = on_status
-        self._server = grpc.aio.server(options=[
-            *_keepalive(lease),
-            # Agents ping too (connect); refusing their pings would end their streams.
-            ("grpc.http2.min_ping_interval_without_data_ms", 100),
-        ])
-        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        self._on_public_fault = on_public_fault
+        self._security = security
+        self._server = grpc.aio.server(
+            interceptors=[grpc_security.AccessInterceptor(security)], options=[
+                *_keepalive(lease),
+                # Agents ping too (connect); refusing their pings would end their streams.
+                ("grpc.http2.min_ping_interval_without_data_ms", 100),
+                ("grpc.max_receive_message_length", grpc_security.MAX_MESSAGE_BYTES),
+            ])
+        handlers = [grpc.method_handlers_generic_handler(
             _SERVICE.full_name,
             {"Connect": grpc.stream_stream_rpc_method_handler(self._connect),
              "Status": grpc.unary_unary_rpc_method_handler(
                  self._status, request_deserializer=pb.StatusRequest.FromString,
-                 response_serializer=pb.ClusterStatus.SerializeToString)}),))
+                 response_serializer=pb.ClusterStatus.SerializeToString)})]
+        if on_public_fault is not None:
+            # Parsed by the handler, not by gRPC: only once the caller is known, and a
+            # message that does not parse is the sender's error (INVALID_ARGUMENT).
+            handlers.append(grpc.method_handlers_generic_handler(
+                _PUBFAULT.full_name,
+                {"SendPublicFault": grpc.unary_unary_rpc_method_handler(
+                    self._send_public_fault,
+                    response_serializer=pubfault_pb2.RespStatus.SerializeToString)}))
+        self._server.add_generic_rpc_handlers(tuple(handlers))
         self.port = 0
 
     async def _connect(self, requests: object,
@@ -127,6 +157,26 @@ class ControlServer:
         status.version = versioned.PROTOCOL_VERSION
         return status
 
+    async def _send_public_fault(
+            self, data: bytes,
+            context: grpc.aio.ServicerContext[bytes, pubfault_pb2.RespStatus]
+    ) -> pubfault_pb2.RespStatus:
+        assert self._on_public_fault is not None
+        try:
+            request = pubfault_pb2.PublicFaultRequest.FromString(data)
+        except protobuf_message.DecodeError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"not a PublicFaultRequest: {error}")
+        caller = grpc_security.CALLER.get()
+        if not caller.may_send_as(request.resource):
+            logger.warning("refused a public fault from %s: %s may not send as %r",
+                           context.peer(), caller.name, request.resource)
+            allowed = ", ".join(sorted(caller.resources or ())) or "none"
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"{caller.name} may not send public faults as "
+                                f"{request.resource!r} (its resources: {allowed})")
+        return await self._on_public_fault(request)
+
     async def start(self, listen: str) -> int:
         """Listen on ``HOST:PORT`` (port 0: a free one); returns the port.
 
@@ -134,7 +184,7 @@ class ControlServer:
             OSError: the address cannot be bound.
         """
         try:
-            self.port = self._server.add_insecure_port(listen)
+            self.port = self._security.bind(self._server, listen)
         except RuntimeError as error:
             raise OSError(f"cannot listen on {listen}: {error}") from error
         await self._server.start()
@@ -173,33 +223,66 @@ async def _ready(channel: grpc.aio.Channel) -> None:
         state = channel.get_state(try_to_connect=True)
 
 
-async def cluster_status(address: str, *, timeout: float) -> pb.ClusterStatus:
+class CallRefusedError(ConnectionError):
+    """The controller refused a call; ``code`` is gRPC's status code, the message its
+    reason."""
+
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def _unary(address: str, method: str, request: protobuf_message.Message,
+                 response: type[_Response], *, timeout: float,
+                 security: grpc_security.ClientSecurity) -> _Response:
+    """One call; raises CallRefusedError (see the callers)."""
+    async with security.channel(address) as channel:
+        call = channel.unary_unary(method, request_serializer=type(request).SerializeToString,
+                                   response_deserializer=response.FromString)
+        try:
+            answer: _Response = await call(request, timeout=timeout,
+                                           metadata=security.metadata())
+        except grpc.aio.AioRpcError as error:
+            raise CallRefusedError(f"the controller at {address}: {error.code().name}: "
+                                   f"{error.details()}", error.code()) from error
+    return answer
+
+
+async def cluster_status(address: str, *, timeout: float,
+                         security: grpc_security.ClientSecurity) -> pb.ClusterStatus:
     """The controller's view of its jobs (``Control.Status``).
 
     Raises:
-        ConnectionError: it could not be reached or asked within ``timeout`` seconds, or
+        CallRefusedError: it could not be reached or asked within ``timeout`` seconds, or
             refused the question (the message says why).
     """
-    async with grpc.aio.insecure_channel(address) as channel:
-        call = channel.unary_unary(f"/{_SERVICE.full_name}/Status",
-                                   request_serializer=pb.StatusRequest.SerializeToString,
-                                   response_deserializer=pb.ClusterStatus.FromString)
-        try:
-            status: pb.ClusterStatus = await call(
-                pb.StatusRequest(version=versioned.PROTOCOL_VERSION), timeout=timeout)
-        except grpc.aio.AioRpcError as error:
-            raise ConnectionError(f"the controller at {address}: {error.code().name}: "
-                                  f"{error.details()}") from error
-    return status
+    return await _unary(address, f"/{_SERVICE.full_name}/Status",
+                        pb.StatusRequest(version=versioned.PROTOCOL_VERSION), pb.ClusterStatus,
+                        timeout=timeout, security=security)
 
 
-async def connect(address: str, *, timeout: float) -> AgentConnection:
+async def send_public_fault(address: str, request: pubfault_pb2.PublicFaultRequest, *,
+                            timeout: float, security: grpc_security.ClientSecurity
+                            ) -> pubfault_pb2.RespStatus:
+    """Send a public fault message (``PubFault.SendPublicFault``); the controller's answer
+    (code 0: taken in).
+
+    Raises:
+        CallRefusedError: it could not be reached within ``timeout`` seconds, or refused the
+            call before looking at the message (credentials, role, size).
+    """
+    return await _unary(address, _SEND_PUBLIC_FAULT, request, pubfault_pb2.RespStatus,
+                        timeout=timeout, security=security)
+
+
+async def connect(address: str, *, timeout: float,
+                  security: grpc_security.ClientSecurity) -> AgentConnection:
     """Open this agent's stream to the controller at ``HOST:PORT``.
 
     Raises:
         ConnectionError: the controller did not answer within ``timeout`` seconds.
     """
-    channel = grpc.aio.insecure_channel(address, options=_keepalive(AGENT_LEASE))
+    channel = security.channel(address, options=_keepalive(AGENT_LEASE))
     try:
         await asyncio.wait_for(_ready(channel), timeout)
     except TimeoutError:
@@ -209,5 +292,6 @@ async def connect(address: str, *, timeout: float) -> AgentConnection:
     except ConnectionError as error:
         await channel.close()
         raise ConnectionError(f"the controller at {address} {error}") from None
-    call: grpc.aio.StreamStreamCall[bytes, bytes] = channel.stream_stream(_CONNECT)()
+    call: grpc.aio.StreamStreamCall[bytes, bytes] = channel.stream_stream(_CONNECT)(
+        metadata=security.metadata())
     return AgentConnection(channel, _StreamEnd(call.read, call.write, call.done_writing))

@@ -30,6 +30,9 @@ class DeviceFaultEvent:
     assertion: Assertion
     time: float  # seconds: when the device raised the alarm
     severity: Severity | None = None  # as the device reported it; decides an unknown code
+    level: Level | None = None
+    """The code's level as its sender's configuration gives it (a public fault's, from
+    publicFaultConfiguration.json), used instead of the device code table's."""
 
 
 class UpgradeType(enum.StrEnum):

@@ -147,6 +147,7 @@ class _Code(NamedTuple):
     network: bool
     level: Level  # its own level; SeparateNPU or NotHandleFault by severity when unknown
     listed: bool  # the table knows it (an unknown code counts only when none is known)
+    given: bool = False  # its level came with it (a public fault's): no table changes it
 
 
 class FaultEngine:
@@ -198,12 +199,14 @@ class FaultEngine:
                     del self._current[device]
         elif current is None or key not in current:
             network, level = self._lookup(key)
+            if event.level is not None:
+                network, level = False, event.level
             if current is None:
                 current = self._current[device] = {}
             spelling = self._table.spellings.get(key) or event.code.strip()
             current[key] = _Code(key, spelling, event.time, network,
                                  level if level is not None else self._by_severity(key),
-                                 level is not None)
+                                 level is not None, given=event.level is not None)
             once = event.assertion is Assertion.ONCE
         self._escalation.observe(event, key=key)
         health = self._health(device, self._escalation.evaluate(device, event.time))
@@ -237,6 +240,8 @@ class FaultEngine:
         self._known.clear()
         for current in self._current.values():
             for key, code in current.items():
+                if code.given:
+                    continue
                 network, level = self._lookup(key)
                 current[key] = code._replace(
                     network=network, listed=level is not None,

@@ -41,6 +41,7 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import TypeGuard, TypeVar
 
+from trainguard import names
 from trainguard.faults.device.device_events import Assertion
 from trainguard.faults.levels import Level
 from trainguard.faults.public.public_faults import PublicFaultConfig
@@ -67,7 +68,6 @@ CAPACITY = 50_000
 """Faults the cache holds at most (node by node), as the original's; so many pending removals."""
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]{8,128}")
-_NODE_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
 _EARLIEST_MS = int(datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC).timestamp() * 1000)
 _Choice = TypeVar("_Choice", bound=enum.StrEnum)
 
@@ -188,9 +188,11 @@ def _influence(entry: object, path: str, node_names_by_sn: Mapping[str, str]) ->
     node_name = _text(data, "nodeName", path)
     node_sn = _text(data, "nodeSN", path)
     if node_name:
-        if not _NODE_NAME.fullmatch(node_name):
+        try:
+            names.node_name(node_name)
+        except names.InvalidNameError:
             raise _FieldError(f"{path}.nodeName: {_show(node_name)} is not a node name "
-                              "(lower-case letters, digits, '-' and '.', at most 253)")
+                              "(lower-case letters, digits, '-' and '.', at most 253)") from None
         node_sn = ""
     elif node_sn and node_sn in node_names_by_sn:
         node_name = node_names_by_sn[node_sn]
