@@ -25,7 +25,7 @@ import signal
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from trainguard import __version__, owner_only
 from trainguard import clock as clocks
@@ -79,6 +79,9 @@ LIVE_INTERVAL = 1.0  # seconds between updates of the live document and the metr
 SNAPSHOT_REVIEW_INTERVAL = 2.0  # seconds between reviews of the snapshot interval
 CHECKPOINT_BEHIND_EXIT_CODE = 3
 CONTROLLER_LINK_TIMEOUT = 10.0  # seconds for this host's agent to first report to the controller
+ALONE_GRACE = 2.0
+"""Seconds a host stopping without its controller leaves its ranks to finish once a peer host
+has stopped under them (they cannot, but their dying checkpoints may be under way)."""
 """The exit code of a job that succeeded while its checkpoint on disk is behind its state in
 memory (the checkpoint directory filled up or turned read-only): the run is not done as far as
 a later resume is concerned. torchrun's codes are kept otherwise: 0 success, 1 failure."""
@@ -500,8 +503,7 @@ class _ControllerAway:
                                 resume=0, generation=None)
         resume = (generation.completed_step or -1) + 1
         if not generation.outcome.done():
-            await agent.graceful_stop(cluster_view.stop_step(
-                w.begun_step for w in generation.workers.values()))
+            await self._stop_alone(generation)
             await agent.flush_checkpoints()
             return self._result(events.JobOutcome.STOPPED, f"the job's controller was gone "
                                 f"for {wait:g} s: stopped after a dying checkpoint", exit_code=1,
@@ -517,6 +519,24 @@ class _ControllerAway:
         return self._result(events.JobOutcome.FAILED, f"the job's controller is gone, and "
                             f"nothing recovers this host's fault: {what}", exit_code=1,
                             started=started, resume=resume, generation=generation)
+
+    async def _stop_alone(self, generation: workers.Generation) -> None:
+        """A graceful stop agreed with no other host: another may stop first, at an earlier
+        step, and then this host's ranks cannot finish theirs (their peers are gone). Once the
+        generation has a fault, the ranks get :data:`ALONE_GRACE` seconds, then are ended."""
+        stopping = asyncio.create_task(self._agent.graceful_stop(cluster_view.stop_step(
+            w.begun_step for w in generation.workers.values())))
+        ended = asyncio.ensure_future(asyncio.shield(generation.outcome))
+        either: set[asyncio.Future[Any]] = {stopping, ended}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not stopping.done() and ended.result().kind is process.OutcomeKind.FAULT:
+                await asyncio.wait({stopping}, timeout=ALONE_GRACE)
+                if not stopping.done():
+                    await self._agent.stop_workers()
+            await stopping
+        finally:
+            ended.cancel()
 
     def _result(self, outcome: events.JobOutcome, reason: str, *, exit_code: int,
                 started: float, resume: int, generation: workers.Generation | None

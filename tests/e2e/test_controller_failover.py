@@ -19,7 +19,7 @@ from trainguard.testing.etcd_cluster import free_ports
 
 pytestmark = pytest.mark.e2e
 
-STEPS = "300"  # about 15 s: long enough to lose a controller mid-run
+STEPS = "200"  # about 8 s: long enough to lose a controller mid-run
 SCRIPT = [str(SCRIPTS / "inprocess_job.py"), "--steps", STEPS]
 
 
@@ -103,3 +103,29 @@ def test_a_leader_and_an_etcd_member_killed_during_a_recovery_the_standby_finish
     assert finished["restarts_used"] == 1, "the recovery's restart was spent once"
     assert not standby.events("job", "decision") or took_over["adopted"], (
         "a successor that restarted the job decided nothing again")
+
+
+def test_with_its_store_cut_off_the_controller_recovers_a_fault_and_catches_up_after(
+        cluster: Cluster, tmp_path: Path, reference: str) -> None:
+    """The store (one etcd member) is killed before the job starts and comes back during
+    the recovery of a fault: training and the recovery never wait for it; the controller says
+    so, and writes what it held once the store answers."""
+    need_etcd()
+    with etcd_cluster.EtcdCluster(tmp_path / "etcd") as etcd:
+        controller = cluster.start_controller("--store", etcd.url("cut"))
+        etcd.kill_member(etcd.members[0])
+        common = ["--nproc-per-node", "2", "--max-restarts", "2"]
+        script = [str(SCRIPTS / "inprocess_job.py"), "--output", str(tmp_path / "sha"),
+                  "--stall-replacement", "3"]
+        hosts = [cluster.host(0, *common, *script),
+                 cluster.host(1, *common, "--inject", "crash:2:20", *script)]
+        hosts[0].wait_for("the decision", lambda: "decision:" in controller.output(),
+                          timeout=120)
+        etcd.start_member(etcd.members[0])
+        assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
+        output = controller.output()
+    assert (tmp_path / "sha").read_text() == reference, "not bitwise identical"
+    recovery, = controller.events("job", "recovery-completed")
+    assert recovery["steps_lost"] == 0
+    assert "the store cannot be reached" in output
+    assert "the store answers again after" in output
