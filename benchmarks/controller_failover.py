@@ -38,7 +38,7 @@ def _controller(workdir: Path, name: str, port: int) -> common.ProcessGroup:
     return common.ProcessGroup(
         [sys.executable, "-m", "trainguard", "controller", "--listen", f"127.0.0.1:{port}",
          "--run-root", str(workdir / name), "--store", f"sqlite://{workdir}/store.db",
-         "--leader-ttl", "2"], log=workdir / f"{name}.log")
+         "--leader-ttl", "2", "--insecure"], log=workdir / f"{name}.log")
 
 
 def _says(group: common.ProcessGroup, text: str) -> bool:

@@ -257,12 +257,14 @@ class ServerSecurity:
     def bind(self, server: grpc.aio.Server, address: str) -> int:
         """Listen on ``address`` as these settings say; returns the port."""
         if self.insecure:
+            port = server.add_insecure_port(address)
             logger.warning(
-                "INSECURE: the controller serves plain text on %s (--insecure): %s", address,
+                "INSECURE: the controller serves plain text on %s:%d (--insecure): %s",
+                address.rpartition(":")[0], port,
                 "anyone who reaches it can read its traffic and forge tokens" if self.access
                 else "anyone who reaches it can register hosts, read the cluster and send "
                      "public faults")
-            return server.add_insecure_port(address)
+            return port
         assert self.certificate is not None
         assert self.key is not None
         credentials = grpc.ssl_server_credentials(
