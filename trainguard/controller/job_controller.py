@@ -121,11 +121,13 @@ class JobController:
             self._stop_reason, self._stop_exit_code = reason, exit_code
             self._stop.set()
 
-    async def device_fault(self, event: DeviceFaultEvent, *, reported_by: str) -> None:
-        """A device's fault reported from outside the job's processes (a public fault), graded
-        at the level its sender's configuration gives (``event.level``) and recorded. A level
-        that isolates a device a rank is on ends the generation as that rank's fault, so the
-        rank moves off it as with a worker's own isolating code; other levels are recorded."""
+    async def device_fault(self, event: DeviceFaultEvent, *, reported_by: str
+                           ) -> device_health.DeviceHealth:
+        """A device's fault reported from outside the job's processes (a public fault, a
+        host's device report), graded (at the level its sender's configuration gives, if
+        ``event.level``) and recorded; its device's health. A level that isolates a device a
+        rank is on ends the generation as that rank's fault, so the rank moves off it as with
+        a worker's own isolating code; other levels are recorded."""
         health = self.device_faults.report(event)
         generation = self._generation
         on_it = [] if generation is None else [
@@ -140,6 +142,7 @@ class JobController:
             device=event.device, code=event.code, assertion=str(event.assertion),
             level=str(health.level), reported_by=reported_by,
             rank=on_it[0] if on_it else None, moves=health.level in ISOLATING and bool(on_it)))
+        return health
 
     def _reported_fault(self, generation: api.GenerationHandle) -> process.ProcessFault | None:
         """A rank on a device reported isolated from outside, as its fault (graded already)."""

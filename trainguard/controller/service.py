@@ -31,6 +31,7 @@ from trainguard import names, owner_only
 from trainguard.controller import (
     agent_proxy,
     cluster_agents,
+    device_reports,
     fault_config,
     fault_history,
     job_controller,
@@ -39,6 +40,8 @@ from trainguard.controller import (
     policy,
     public_fault_intake,
 )
+from trainguard.faults.device import device_health
+from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.public import public_faults
 from trainguard.job import events
 from trainguard.proto import channel as channels
@@ -239,7 +242,8 @@ class ControllerService:
         self._runs: set[asyncio.Task[None]] = set()
         self._server = grpc_channel.ControlServer(
             self._agent_joined, security=settings.security, on_status=self.status,
-            on_public_fault=self._public_fault, lease=settings.host_lease)
+            on_public_fault=self._public_fault, on_devices=self._take_devices,
+            lease=settings.host_lease)
         self._fault_config = (fault_config.FaultConfigDirectory(settings.fault_config_dir)
                               if settings.fault_config_dir is not None else None)
         self._poll_fault_config()
@@ -254,6 +258,7 @@ class ControllerService:
         self._store: kv.KeyValueStore | None = None
         self._leadership: leadership.Leadership | None = None
         self._device_faults: fault_history.DeviceFaultHistory | None = None
+        self._device_reports: device_reports.DeviceReports | None = None
 
     @property
     def deposed(self) -> asyncio.Event:
@@ -306,13 +311,19 @@ class ControllerService:
             self._held.push_async_callback(self._leadership.resign)
             self._device_faults = await self._held.enter_async_context(
                 fault_history.kept(store, fence=fence))
+            nodes = trailing.TrailingWriter(store, what="the hosts' devices", fence=fence)
+            self._device_reports = device_reports.DeviceReports(self._grade_device, nodes,
+                                                                clock=self._clock)
+            writing = asyncio.create_task(nodes.run(), name="trainguard-node-documents")
+            self._held.callback(writing.cancel)
         except (urls.StoreUrlError, kv.UnavailableError, api.StoreError) as error:
             await self._held.aclose()
             raise OSError(f"the store {url}: {error}") from error
         try:
             port = await self._server.start(listen)
             host = listen.rpartition(":")[0]
-            self._device_faults.writer.fence = await self._leadership.announce(f"{host}:{port}")
+            fence = await self._leadership.announce(f"{host}:{port}")
+            self._device_faults.writer.fence = nodes.fence = fence
         except (OSError, kv.ConflictError, kv.UnavailableError) as error:
             await self._held.aclose()
             raise OSError(f"cannot serve on {listen}: {error}") from error
@@ -363,6 +374,22 @@ class ControllerService:
                 logger.exception("reading the public fault documents in %s failed",
                                  self._documents.directory)
             await asyncio.sleep(DOCUMENT_POLL)
+
+    async def _take_devices(self, report: pb.DeviceReport) -> pb.DeviceReportAck:
+        assert self._device_reports is not None, "start first"
+        return await self._device_reports.take(report)
+
+    async def _grade_device(self, event: DeviceFaultEvent) -> device_health.DeviceHealth:
+        """Through the job that runs on the event's host, if one does (an isolating level
+        moves its rank off the device); else into the history alone."""
+        node = event.device.partition("/")[0]
+        for job in list(self._jobs.values()):
+            if job.controller is not None and job.agents is not None and any(
+                    proxy.host == node for proxy in job.agents.hosts.values()):
+                return await job.controller.device_fault(
+                    event, reported_by=f"the device report of {node}")
+        assert self._device_faults is not None
+        return self._device_faults.report(event)
 
     async def _hand_over(self, result: public_fault_intake.IntakeResult) -> None:
         """Each fault a message kept, to every running job on a device it names."""

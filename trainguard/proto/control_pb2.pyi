@@ -52,6 +52,36 @@ class Register(_message.Message):
     rejoin: Rejoin
     def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., persist_interval: _Optional[float] = ..., rejoin: _Optional[_Union[Rejoin, _Mapping]] = ...) -> None: ...
 
+class DeviceReport(_message.Message):
+    __slots__ = ("node", "devices")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    devices: _containers.RepeatedCompositeFieldContainer[DeviceCodes]
+    def __init__(self, node: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceCodes, _Mapping]]] = ...) -> None: ...
+
+class DeviceCodes(_message.Message):
+    __slots__ = ("device", "codes")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    device: int
+    codes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, device: _Optional[int] = ..., codes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeviceReportAck(_message.Message):
+    __slots__ = ("changed",)
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    changed: _containers.RepeatedCompositeFieldContainer[DeviceGrade]
+    def __init__(self, changed: _Optional[_Iterable[_Union[DeviceGrade, _Mapping]]] = ...) -> None: ...
+
+class DeviceGrade(_message.Message):
+    __slots__ = ("device", "level")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    device: int
+    level: str
+    def __init__(self, device: _Optional[int] = ..., level: _Optional[str] = ...) -> None: ...
+
 class Rejoin(_message.Message):
     __slots__ = ("spare", "generation")
     SPARE_FIELD_NUMBER: _ClassVar[int]

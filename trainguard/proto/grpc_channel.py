@@ -26,8 +26,9 @@ from trainguard.proto import channel as channels
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_security, pubfault_pb2, versioned
 
-__all__ = ["AGENT_LEASE", "AgentConnection", "CallRefusedError", "ControlServer",
-           "PublicFaultHandler", "cluster_status", "connect", "send_public_fault"]
+__all__ = ["AGENT_LEASE", "REPORT_DEVICES", "AgentConnection", "CallRefusedError",
+           "ControlServer", "DeviceReportHandler", "PublicFaultHandler", "cluster_status",
+           "connect", "report_devices", "send_public_fault"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ _SEND_PUBLIC_FAULT = f"/{_PUBFAULT.full_name}/SendPublicFault"
 
 PublicFaultHandler = Callable[[pubfault_pb2.PublicFaultRequest],
                               Awaitable[pubfault_pb2.RespStatus]]
+DeviceReportHandler = Callable[[pb.DeviceReport], Awaitable[pb.DeviceReportAck]]
 
 
 class _StreamEnd(channels.QueuedEnd):
@@ -101,15 +103,17 @@ class ControlServer:
                  security: grpc_security.ServerSecurity,
                  on_status: Callable[[], pb.ClusterStatus] | None = None,
                  on_public_fault: PublicFaultHandler | None = None,
+                 on_devices: DeviceReportHandler | None = None,
                  lease: float = AGENT_LEASE) -> None:
         """``lease``: seconds an agent's connection may stay silent before its stream ends
         (it is pinged every half of it; a ping unanswered within half of it ends it);
         ``on_status``: what ``Control.Status`` answers; ``on_public_fault``: takes a public
         fault message whose caller may send as its sender (None: the service is not
-        offered)."""
+        offered); ``on_devices``: takes a host's device report (None: refused)."""
         self._on_agent = on_agent
         self._on_status = on_status
         self._on_public_fault = on_public_fault
+        self._on_devices = on_devices
         self._security = security
         self._server = grpc.aio.server(
             interceptors=[grpc_security.AccessInterceptor(security)], options=[
@@ -123,7 +127,10 @@ class ControlServer:
             {"Connect": grpc.stream_stream_rpc_method_handler(self._connect),
              "Status": grpc.unary_unary_rpc_method_handler(
                  self._status, request_deserializer=pb.StatusRequest.FromString,
-                 response_serializer=pb.ClusterStatus.SerializeToString)})]
+                 response_serializer=pb.ClusterStatus.SerializeToString),
+             "ReportDevices": grpc.unary_unary_rpc_method_handler(
+                 self._report_devices, request_deserializer=pb.DeviceReport.FromString,
+                 response_serializer=pb.DeviceReportAck.SerializeToString)})]
         if on_public_fault is not None:
             # Parsed by the handler, not by gRPC: only once the caller is known, and a
             # message that does not parse is the sender's error (INVALID_ARGUMENT).
@@ -134,6 +141,19 @@ class ControlServer:
                     response_serializer=pubfault_pb2.RespStatus.SerializeToString)}))
         self._server.add_generic_rpc_handlers(tuple(handlers))
         self.port = 0
+
+    async def _report_devices(
+            self, report: pb.DeviceReport,
+            context: grpc.aio.ServicerContext[pb.DeviceReport, pb.DeviceReportAck]
+    ) -> pb.DeviceReportAck:
+        if self._on_devices is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no device reports taken here")
+        assert self._on_devices is not None
+        try:
+            return await self._on_devices(report)
+        except ValueError as error:  # a name that is no node name
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            raise
 
     async def _connect(self, requests: object,
                        context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
@@ -273,6 +293,21 @@ async def send_public_fault(address: str, request: pubfault_pb2.PublicFaultReque
     """
     return await _unary(address, _SEND_PUBLIC_FAULT, request, pubfault_pb2.RespStatus,
                         timeout=timeout, security=security)
+
+
+REPORT_DEVICES = f"/{_SERVICE.full_name}/ReportDevices"
+
+
+async def report_devices(address: str, report: pb.DeviceReport, *, timeout: float,
+                         security: grpc_security.ClientSecurity) -> pb.DeviceReportAck:
+    """Report a host's devices (``Control.ReportDevices``); the levels of those that changed.
+
+    Raises:
+        CallRefusedError: it could not be reached within ``timeout`` seconds, or refused the
+            call (credentials, role, a name that is no node name).
+    """
+    return await _unary(address, REPORT_DEVICES, report, pb.DeviceReportAck, timeout=timeout,
+                        security=security)
 
 
 async def connect(address: str, *, timeout: float,

@@ -19,9 +19,10 @@ and what each may do::
 
 ``token`` is optional (an identity without one can only come with a certificate of that CN).
 Roles and their calls (:data:`METHOD_ROLES`): ``agent`` opens a host's stream
-(``Control.Connect``); ``operator`` reads the cluster (``Control.Status``) and may send public
-faults as any sender; ``public-fault-sender`` sends public faults (``PubFault.SendPublicFault``)
-only as the senders (``resource``) its entry lists. A method not listed is refused to everyone.
+(``Control.Connect``) and reports its devices (``Control.ReportDevices``); ``operator`` reads
+the cluster (``Control.Status``) and may send public faults as any sender;
+``public-fault-sender`` sends public faults (``PubFault.SendPublicFault``) only as the senders
+(``resource``) its entry lists. A method not listed is refused to everyone.
 
 Refusals change nothing and carry the gRPC status code that says why: no or unknown
 credentials ``UNAUTHENTICATED``; a known identity without the role, or sending as another
@@ -82,6 +83,7 @@ class Role(enum.StrEnum):
 
 METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/trainguard.control.v1.Control/Connect": frozenset({Role.AGENT}),
+    "/trainguard.control.v1.Control/ReportDevices": frozenset({Role.AGENT}),
     "/trainguard.control.v1.Control/Status": frozenset({Role.OPERATOR}),
     "/pubfault.PubFault/SendPublicFault": frozenset({Role.OPERATOR, Role.PUBLIC_FAULT_SENDER}),
 }

@@ -1,0 +1,66 @@
+"""Hosts' device reports (``Control.ReportDevices``) through a real controller: only a change is
+graded, a code held twice in a day separates its device, and the hosts' devices are kept in
+the store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.controller.test_controller_job_controller import FakeClock
+from trainguard.controller import service
+from trainguard.proto import control_pb2 as pb
+from trainguard.proto import grpc_channel, grpc_security
+from trainguard.store import sqlite_kv
+
+CLIENT = grpc_security.ClientSecurity(insecure=True)
+UCE = "80E01801"  # a memory error: held twice in 24 h -> ManuallySeparateNPU
+
+
+def _report(node: str, codes: dict[int, list[str]]) -> pb.DeviceReport:
+    report = pb.DeviceReport(node=node)
+    for device in range(16):
+        report.devices.add(device=device, codes=codes.get(device, []))
+    return report
+
+
+def test_changes_are_graded_and_the_hosts_devices_kept_in_the_store(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[list[tuple[int, str]]], str]:
+        controller = service.ControllerService(
+            service.ControllerSettings(run_root=tmp_path / "controller",
+                                       security=grpc_security.ServerSecurity(insecure=True)),
+            clock=FakeClock())
+        port = await controller.start("127.0.0.1:0")
+        address = f"127.0.0.1:{port}"
+        answers = []
+        try:
+            for codes in ({}, {3: [UCE]}, {3: [UCE]}, {}, {3: [UCE]}):
+                ack = await grpc_channel.report_devices(address, _report("host-a", codes),
+                                                        timeout=10, security=CLIENT)
+                answers.append([(grade.device, grade.level) for grade in ack.changed])
+            with pytest.raises(grpc_channel.CallRefusedError) as refused:
+                await grpc_channel.report_devices(address, _report("../etc", {}), timeout=10,
+                                                  security=CLIENT)
+        finally:
+            await controller.stop()
+        return answers, str(refused.value)
+
+    answers, refusal = asyncio.run(scenario())
+    assert answers[0] == answers[2] == [], "a report that changes nothing grades nothing"
+    assert answers[1][0][0] == 3
+    assert answers[4] == [(3, "ManuallySeparateNPU")], "the second memory error separates it"
+    assert "INVALID_ARGUMENT" in refusal
+
+    async def stored() -> dict[str, list[str]]:
+        store = sqlite_kv.SqliteKeyValueStore.open(tmp_path / "controller" / "controller.db")
+        try:
+            entry = await store.get("nodes/host-a")
+            assert entry is not None
+            return dict(json.loads(entry.value))
+        finally:
+            await store.close()
+
+    assert asyncio.run(stored()) == {"3": [UCE]}
