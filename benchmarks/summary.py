@@ -358,6 +358,31 @@ def _failover(lines: list[str]) -> None:
               f"{_verdict(None if worst is None else worst <= 3)}", ""]
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f} ms"
+
+
+def _scale(lines: list[str]) -> None:
+    found = _load("controller-scale")
+    if found is None:
+        return
+    lines += [
+        f"## Controller scale: hosts reporting their devices every 5 s, {found['when']}", "",
+        found["setup"] + ".", "", f"`{_command(found)}`; target: {found['target']}.", "",
+        "| hosts x 16 devices | reports/s answered (offered) | controller CPU | etcd received "
+        "| report -> answer p50 / p99 | fault report -> decision p50 / p99 | target |",
+        "|---|---|---|---|---|---|---|"]
+    for run in found["runs"]:
+        lines.append(
+            f"| {run['hosts']:,} | {run['reports_per_second']:.0f} "
+            f"({run['offered_reports_per_second']:.0f}) | {run['controller_cores']:.2f} cores "
+            f"| {run['etcd_bytes_per_second']:.0f} B/s | {_ms(run['p50_seconds'])} / "
+            f"{_ms(run['p99_seconds'])} | {_ms(run['fault_p50_seconds'])} / "
+            f"{_ms(run['fault_p99_seconds'])} ({run['fault_reports']} faults) | "
+            f"{_verdict(run['met'])} |")
+    lines.append("")
+
+
 def main() -> None:
     lines = ["# Benchmark results", "",
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
@@ -365,6 +390,7 @@ def main() -> None:
     _recovery(lines)
     _host_loss(lines)
     _failover(lines)
+    _scale(lines)
     _kill_goodput(lines)
     _stall(lines)
     _fault_engine(lines)

@@ -301,16 +301,27 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, security: ServerSecurity) -> None:
         self._security = security
+        self._guarded: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        """Each method's handler, guarded once: a host's report every 5 s, from thousands of
+        hosts, must not build it again each time."""
 
     async def intercept_service(
             self, continuation: Callable[[grpc.HandlerCallDetails],
                                          Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
             handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        method: str = handler_call_details.method
+        guarded = self._guarded.get(method)
+        if guarded is not None:
+            return guarded
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        method: str = handler_call_details.method
+        guarded = self._guarded[method] = self._guard_handler(method, handler)
+        return guarded
+
+    def _guard_handler(self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
+                       ) -> grpc.RpcMethodHandler[Any, Any]:
         allowed = METHOD_ROLES.get(method, frozenset())
         guard = self._guard(method, allowed)
         # The handlers of a grpc.aio server are coroutine functions, whatever the stubs say.
