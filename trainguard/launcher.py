@@ -522,21 +522,22 @@ class _ControllerAway:
 
     async def _stop_alone(self, generation: workers.Generation) -> None:
         """A graceful stop agreed with no other host: another may stop first, at an earlier
-        step, and then this host's ranks cannot finish theirs (their peers are gone). Once the
-        generation has a fault, the ranks get :data:`ALONE_GRACE` seconds, then are ended."""
+        step, and then this host's ranks cannot finish theirs (their peers are gone: they leave
+        the generation). Once one has, the ranks get :data:`ALONE_GRACE` seconds, then are
+        ended."""
         stopping = asyncio.create_task(self._agent.graceful_stop(cluster_view.stop_step(
             w.begun_step for w in generation.workers.values())))
-        ended = asyncio.ensure_future(asyncio.shield(generation.outcome))
-        either: set[asyncio.Future[Any]] = {stopping, ended}
+        peer_gone = asyncio.create_task(_until_a_rank_left(generation))
+        either: set[asyncio.Future[Any]] = {stopping, peer_gone}
         try:
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if not stopping.done() and ended.result().kind is process.OutcomeKind.FAULT:
+            if not stopping.done():
                 await asyncio.wait({stopping}, timeout=ALONE_GRACE)
                 if not stopping.done():
                     await self._agent.stop_workers()
             await stopping
         finally:
-            ended.cancel()
+            peer_gone.cancel()
 
     def _result(self, outcome: events.JobOutcome, reason: str, *, exit_code: int,
                 started: float, resume: int, generation: workers.Generation | None
@@ -547,6 +548,13 @@ class _ControllerAway:
             generations=generation.number + 1 if generation is not None else 0,
             restarts_used=0, wall_seconds=self._clock.monotonic() - started,
             resume_step=resume)
+
+
+async def _until_a_rank_left(generation: workers.Generation) -> None:
+    """Until a rank of ``generation`` has left it with an error (a peer is gone), or it ended."""
+    while not generation.outcome.done() and not any(
+            w.left is not None and w.left.error for w in generation.workers.values()):
+        await asyncio.sleep(0.1)
 
 
 @contextlib.contextmanager
