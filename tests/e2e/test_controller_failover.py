@@ -13,19 +13,15 @@ import pytest
 
 from tests.conftest import need_etcd
 from tests.e2e.hosts import Cluster, Controller
-from tests.e2e.jobs import SCRIPTS, clean_digest_of
+from tests.e2e.jobs import SCRIPTS
 from trainguard.testing import etcd_cluster
 from trainguard.testing.etcd_cluster import free_ports
 
 pytestmark = pytest.mark.e2e
 
-STEPS = "200"  # about 8 s: long enough to lose a controller mid-run
-SCRIPT = [str(SCRIPTS / "inprocess_job.py"), "--steps", STEPS]
-
-
-@pytest.fixture(scope="module")
-def long_reference(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return clean_digest_of(tmp_path_factory.mktemp("failover-reference"), SCRIPT)
+# The 40 steps of the session's reference job, slowed to about 9 s: long enough to lose a
+# controller mid-run, and the same final parameters.
+SCRIPT = [str(SCRIPTS / "inprocess_job.py"), "--step-sleep", "0.2"]
 
 
 def _pair(cluster: Cluster, tmp_path: Path, store: str) -> tuple[Controller, Controller]:
@@ -42,7 +38,7 @@ def _pair(cluster: Cluster, tmp_path: Path, store: str) -> tuple[Controller, Con
 
 
 def test_the_standby_takes_over_a_running_job_and_the_hosts_train_on(
-        cluster: Cluster, tmp_path: Path, long_reference: str) -> None:
+        cluster: Cluster, tmp_path: Path, reference: str) -> None:
     leader, standby = _pair(cluster, tmp_path, f"sqlite://{tmp_path}/ha.db")
     endpoints = f"{leader.endpoint},{standby.endpoint}"
     common = ["--nproc-per-node", "2", "--max-restarts", "2", "--rdzv-conf",
@@ -50,13 +46,13 @@ def test_the_standby_takes_over_a_running_job_and_the_hosts_train_on(
     hosts = [cluster.host(node, *common, *SCRIPT, "--output", str(tmp_path / "sha"),
                           endpoint=endpoints) for node in (0, 1)]
     hosts[0].wait_for("training", lambda: leader.events("job", "generation-started"))
-    time.sleep(2.0)
+    time.sleep(1.0)
     leader.kill()
     killed_at = time.monotonic()
     standby.wait_leading(timeout=30)
     takeover = time.monotonic() - killed_at
     assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
-    assert (tmp_path / "sha").read_text() == long_reference, "not bitwise identical"
+    assert (tmp_path / "sha").read_text() == reference, "not bitwise identical"
     took_over, = standby.events("job", "controller-took-over")
     assert took_over["adopted"], took_over
     finished, = standby.events("job", "job-finished")
@@ -75,7 +71,7 @@ def etcd3(tmp_path: Path) -> Iterator[etcd_cluster.EtcdCluster]:
 
 
 def test_a_leader_and_an_etcd_member_killed_during_a_recovery_the_standby_finishes_it(
-        cluster: Cluster, tmp_path: Path, long_reference: str,
+        cluster: Cluster, tmp_path: Path, reference: str,
         etcd3: etcd_cluster.EtcdCluster) -> None:
     """On a 3-member etcd: the member the controllers use first is killed as the fault
     happens, and the leader once it has decided."""
@@ -89,14 +85,14 @@ def test_a_leader_and_an_etcd_member_killed_during_a_recovery_the_standby_finish
     # recovery waits for it.
     script = [*SCRIPT, *output, "--stall-replacement", "3"]
     hosts = [cluster.host(0, *common, *script, endpoint=endpoints),
-             cluster.host(1, *common, "--inject", "crash:2:100", *script, endpoint=endpoints)]
+             cluster.host(1, *common, "--inject", "crash:2:15", *script, endpoint=endpoints)]
     hosts[0].wait_for("the fault", lambda: "fault: " in leader.output(), timeout=120)
     etcd.kill_member(etcd.members[0])
     hosts[0].wait_for("the leader's decision", lambda: "decision:" in leader.output(),
                       timeout=60)
     leader.kill()
     assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
-    assert (tmp_path / "sha").read_text() == long_reference, "not bitwise identical"
+    assert (tmp_path / "sha").read_text() == reference, "not bitwise identical"
     took_over, = standby.events("job", "controller-took-over")
     finished, = standby.events("job", "job-finished")
     assert finished["outcome"] == "succeeded"

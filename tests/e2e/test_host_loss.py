@@ -30,9 +30,9 @@ def clean_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _started(cluster: Cluster, tmp_path: Path, *, prefixes: tuple[tuple[str, ...], ...] = (
         (), (), ())) -> list[Job]:
     """Nodes 0 and 1 (2 ranks each) and one spare, running JOB. A host that loses the
-    controller looks for its successor for 10 s."""
+    controller looks for its successor for 5 s."""
     common = ["--nproc-per-node", "2", "--max-restarts", "2", "--rdzv-conf",
-              "controller_wait=10"]
+              "controller_wait=5"]
     output = ["--output", str(tmp_path / "sha")]
     return [cluster.host(node, *common, *JOB, *output, nnodes="2:3", prefix=prefix)
             for node, prefix in enumerate(prefixes)]

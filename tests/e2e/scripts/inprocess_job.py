@@ -26,6 +26,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--output", type=Path)
 parser.add_argument("--stall-replacement", type=float, default=0.0)
+parser.add_argument("--step-sleep", type=float, default=0.02,
+                    help="seconds between steps: a longer run of the same steps, same result")
 parser.add_argument("--crash-replacement", action="store_true")
 args = parser.parse_args()
 
@@ -58,7 +60,7 @@ def train() -> None:
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         session.checkpoint(state, step=step + 1)
-        time.sleep(0.02)
+        time.sleep(args.step_sleep)
 
 
 session.run(train)
