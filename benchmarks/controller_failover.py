@@ -76,22 +76,15 @@ def trial(variant: str, *, steps: int, rng: random.Random, root: Path) -> dict[s
             common.wait_until("the standby to lead", lambda: _says(standby, "listening on"),
                               timeout=60, process=standby.process, poll=0.02)
             takeover = time.monotonic() - killed
-        attempt = mark["attempt"]
-        back = common.wait_until(
-            "every rank stepping again",
-            lambda: recovery.every_rank_stepping(timeline.read(), after_attempt=attempt),
-            timeout=600, process=hosts[0].process)
-        marks = timeline.read()
-        done = [m["step"] for m in marks if m["event"] == "end" and m["attempt"] <= attempt]
-        resumed = min(m["step"] for m in marks if m["event"] == "begin"
-                      and m["attempt"] > attempt)
+        back, lost, resumed = recovery.wait_recovered(timeline, attempt=mark["attempt"],
+                                                      process=hosts[0].process)
         how = ("taken over" if _says(standby, "took over generation")
                else "restarted" if _says(standby, "restarted generation") else "")
     finally:
         for group in (*hosts, leader, standby):
             group.stop()
     return {"tool": variant, "at_step": mark["step"], "recover_seconds": back - fault_mono,
-            "steps_lost": max(0, max(done, default=-1) + 1 - resumed), "resumed_at": resumed,
+            "steps_lost": lost, "resumed_at": resumed,
             "takeover_seconds": takeover, "successor": how}
 
 

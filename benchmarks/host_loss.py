@@ -121,16 +121,9 @@ def trial(tool: str, *, fault: str, steps: int, rng: random.Random, root: Path
         else:
             victim = next(m for m in reversed(timeline.read()) if m["rank"] == 2)
             os.kill(victim["pid"], signal.SIGKILL)
-        attempt = mark["attempt"]
-        back = common.wait_until(
-            "every rank stepping again",
-            lambda: recovery.every_rank_stepping(timeline.read(), after_attempt=attempt),
-            timeout=600, process=hosts[0].process)
-        marks = timeline.read()
-        done = [m["step"] for m in marks if m["event"] == "end" and m["attempt"] <= attempt]
-        resumed = min(m["step"] for m in marks if m["event"] == "begin"
-                      and m["attempt"] > attempt)
-        restarted = sum(1 for m in marks if m["event"] == "start") - starts_before
+        back, lost, resumed = recovery.wait_recovered(timeline, attempt=mark["attempt"],
+                                                      process=hosts[0].process)
+        restarted = sum(1 for m in timeline.read() if m["event"] == "start") - starts_before
         if tool == "trainguard":
             detected_at = common.wait_until(
                 "the fault event", lambda: _detected(tool, workdir, hosts[0].log, fault_wall),
@@ -144,7 +137,7 @@ def trial(tool: str, *, fault: str, steps: int, rng: random.Random, root: Path
     return {"tool": tool, "fault": fault, "at_step": mark["step"],
             "detect_seconds": detect_seconds,
             "recover_seconds": back - fault_mono,
-            "steps_lost": max(0, max(done, default=-1) + 1 - resumed), "resumed_at": resumed,
+            "steps_lost": lost, "resumed_at": resumed,
             "processes_restarted": restarted}
 
 

@@ -34,6 +34,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,6 +86,21 @@ def every_rank_stepping(marks: Sequence[dict[str, Any]], *, after_attempt: int) 
         if mark["event"] == "begin" and mark["attempt"] > after_attempt:
             firsts.setdefault(mark["rank"], mark["mono"])
     return max(firsts.values()) if len(firsts) == RANKS else None
+
+
+def wait_recovered(timeline: common.TimelineReader, *, attempt: int,
+                   process: subprocess.Popen[bytes]) -> tuple[float, int, int]:
+    """Until every rank steps in an attempt after ``attempt`` (``process``: one that must live
+    on meanwhile, the job or a host of it): when, the completed steps that attempt redid, and
+    the step it resumed at."""
+    back: float = common.wait_until(
+        "every rank stepping again",
+        lambda: every_rank_stepping(timeline.read(), after_attempt=attempt),
+        timeout=600, process=process)
+    marks = timeline.read()
+    done = [m["step"] for m in marks if m["event"] == "end" and m["attempt"] <= attempt]
+    resumed = min(m["step"] for m in marks if m["event"] == "begin" and m["attempt"] > attempt)
+    return back, max(0, max(done, default=-1) + 1 - resumed), resumed
 
 
 def _detected_trainguard(workdir: Path) -> tuple[float, float | None] | None:
@@ -140,18 +156,11 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
         else:
             os.kill(mark["pid"], signal.SIGKILL if fault == "crash" else signal.SIGSTOP)
         attempt = mark["attempt"]
-
-        back = common.wait_until(
-            "every rank stepping again",
-            lambda: every_rank_stepping(timeline.read(), after_attempt=attempt), timeout=600,
-            process=group.process)
+        back, lost, resumed = wait_recovered(timeline, attempt=attempt, process=group.process)
         marks = timeline.read()
-        done = [m["step"] for m in marks if m["event"] == "end" and m["attempt"] <= attempt]
         begins = [m["mono"] for m in marks if m["event"] == "begin" and m["attempt"] <= attempt
                   and m["rank"] == 0]
         step_seconds = (begins[-1] - begins[-21]) / 20 if len(begins) > 21 else None
-        resumed = min(m["step"] for m in marks if m["event"] == "begin"
-                      and m["attempt"] > attempt)
         grouped = [m["seconds"] for m in marks if m["event"] == "grouped"
                    and m["attempt"] > attempt]
         if tool.startswith("trainguard"):
@@ -167,7 +176,7 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
         "tool": tool, "fault": fault, "moment": moment, "victim_rank": victim,
         "at_step": mark["step"],
         "detect_seconds": detect_seconds, "recover_seconds": back - fault_mono,
-        "steps_lost": max(0, max(done, default=-1) + 1 - resumed), "resumed_at": resumed,
+        "steps_lost": lost, "resumed_at": resumed,
         "step_seconds": step_seconds,
         "init_group_seconds": max(grouped, default=None),
     }
