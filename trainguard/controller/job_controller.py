@@ -1,7 +1,15 @@
 """Runs one job through its generations: start, watch, decide, recover, until it ends.
 
 Every fault, decision and recovery is recorded (and so survives this process); the job's current
-state is published as the document ``job-status-<job>`` for ``trainguard status``.
+state is published as the document ``job-status-<job>`` for ``trainguard status``, and its
+record (restarts spent, a recovery under way) goes to the controller's store for a successor.
+
+Why one module past 500 lines: the decision loop, its counters (restarts, retries, repeats,
+isolated devices) and the three ways a fault comes in (a generation's outcome, a device fault
+reported from outside, a successor taking the job over) change together: each reads and
+spends the same counters, and splitting them would pass that state between modules. What
+could stand alone already does: the policy (:mod:`.policy`), the cluster view
+(:mod:`.cluster_view`), the record (:mod:`.job_record`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,17 @@ checkpoints).
 
 The same server takes public faults (``PubFault.SendPublicFault``, and documents in
 ``<run root>/public-faults``: :mod:`.public_fault_intake`) and hands each to the running jobs
-whose hosts it names. Every call is authenticated first (:mod:`trainguard.proto.grpc_security`).
+whose hosts it names, and hosts' device reports (``Control.ReportDevices``:
+:mod:`.device_reports`). Every call is authenticated first (:mod:`trainguard.proto.grpc_security`).
+It leads only while it holds the store's leadership (:mod:`.leadership`), and takes over the
+jobs whose hosts register again after their controller went away.
+
+Why one module past 500 lines: it is the one place where the server's calls meet the jobs it
+runs; every intake (a host joining or rejoining, a public fault, a device report) ends in the
+same table of jobs and their controllers, and the start and stop of the store, leadership and
+history belong to the same lifetime. Each intake's own work is in its own module
+(:mod:`.public_fault_intake`, :mod:`.device_reports`, :mod:`.job_record`, :mod:`.leadership`);
+what stays here is routing to jobs.
 """
 
 from __future__ import annotations
