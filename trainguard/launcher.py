@@ -9,7 +9,7 @@ it at once.
 
 Why one module past 500 lines: both ways of being driven share everything else here (the
 directories, the store, the snapshot memory, the agent, its background tasks, the summary) and
-differ only in the ``_Driver``. The driver here is a few dozen lines; the one away (about 130:
+differ only in the ``_Driver``. The driver here is a few dozen lines; the one away (about 100:
 rejoining a successor controller, stopping alone when none takes the host back) needs the agent
 and the registration this module builds, and the layers allow it nowhere lower (it joins the
 agent's side and the controller's results). If it grows further, ``launcher`` becomes a package
@@ -28,7 +28,7 @@ import signal
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from trainguard import __version__, owner_only
 from trainguard import clock as clocks
@@ -82,9 +82,6 @@ LIVE_INTERVAL = 1.0  # seconds between updates of the live document and the metr
 SNAPSHOT_REVIEW_INTERVAL = 2.0  # seconds between reviews of the snapshot interval
 CHECKPOINT_BEHIND_EXIT_CODE = 3
 CONTROLLER_LINK_TIMEOUT = 10.0  # seconds for this host's agent to first report to the controller
-ALONE_GRACE = 2.0
-"""Seconds a host stopping without its controller leaves its ranks to finish once a peer host
-has stopped under them (they cannot, but their dying checkpoints may be under way)."""
 """The exit code of a job that succeeded while its checkpoint on disk is behind its state in
 memory (the checkpoint directory filled up or turned read-only): the run is not done as far as
 a later resume is concerned. torchrun's codes are kept otherwise: 0 success, 1 failure."""
@@ -506,7 +503,8 @@ class _ControllerAway:
                                 resume=0, generation=None)
         resume = (generation.completed_step or -1) + 1
         if not generation.outcome.done():
-            await self._stop_alone(generation)
+            await agent.graceful_stop(cluster_view.stop_step(
+                w.begun_step for w in generation.workers.values()))
             await agent.flush_checkpoints()
             return self._result(events.JobOutcome.STOPPED, f"the job's controller was gone "
                                 f"for {wait:g} s: stopped after a dying checkpoint", exit_code=1,
@@ -523,25 +521,6 @@ class _ControllerAway:
                             f"nothing recovers this host's fault: {what}", exit_code=1,
                             started=started, resume=resume, generation=generation)
 
-    async def _stop_alone(self, generation: workers.Generation) -> None:
-        """A graceful stop agreed with no other host: another may stop first, at an earlier
-        step, and then this host's ranks cannot finish theirs (their peers are gone: they leave
-        the generation). Once one has, the ranks get :data:`ALONE_GRACE` seconds, then are
-        ended."""
-        stopping = asyncio.create_task(self._agent.graceful_stop(cluster_view.stop_step(
-            w.begun_step for w in generation.workers.values())))
-        peer_gone = asyncio.create_task(_until_a_rank_left(generation))
-        either: set[asyncio.Future[Any]] = {stopping, peer_gone}
-        try:
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if not stopping.done():
-                await asyncio.wait({stopping}, timeout=ALONE_GRACE)
-                if not stopping.done():
-                    await self._agent.stop_workers()
-            await stopping
-        finally:
-            peer_gone.cancel()
-
     def _result(self, outcome: events.JobOutcome, reason: str, *, exit_code: int,
                 started: float, resume: int, generation: workers.Generation | None
                 ) -> job_controller.JobResult:
@@ -551,13 +530,6 @@ class _ControllerAway:
             generations=generation.number + 1 if generation is not None else 0,
             restarts_used=0, wall_seconds=self._clock.monotonic() - started,
             resume_step=resume)
-
-
-async def _until_a_rank_left(generation: workers.Generation) -> None:
-    """Until a rank of ``generation`` has left it with an error (a peer is gone), or it ended."""
-    while not generation.outcome.done() and not any(
-            w.left is not None and w.left.error for w in generation.workers.values()):
-        await asyncio.sleep(0.1)
 
 
 @contextlib.contextmanager

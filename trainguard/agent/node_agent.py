@@ -63,6 +63,9 @@ logger = logging.getLogger(__name__)
 
 AGENT_FILE = "agent.json"
 _SNAPSHOT_POLL_SECONDS = 0.02  # how often the slot headers are read while snapshots finish
+LEFT_GRACE = 2.0
+"""Seconds a graceful stop still waits once a rank left the generation with an error (its
+dying checkpoint may be under way), before the workers are ended."""
 
 
 def free_port(address: str) -> int:
@@ -447,10 +450,28 @@ class NodeAgent:
             worker.stopping = True
             if stop_step is None or not worker.send(messages.StopAt(stop_step)):
                 self._signal(worker, signal.SIGTERM)
-        if not await generation.wait_all_exited(self.settings.shutdown_timeout):
-            self._log.warning("workers still running %.0f s after the stop request; killing them",
-                           self.settings.shutdown_timeout)
+        await self._until_stopped(generation)
         await self.stop_workers()
+
+    async def _until_stopped(self, generation: workers.Generation) -> None:
+        """Until every worker has exited, at most the shutdown timeout; or :data:`LEFT_GRACE`
+        seconds after one left the generation with an error: its peers are gone (a host that
+        stopped alone, at another step), so none can finish the step it was told."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.shutdown_timeout
+        peers_gone = False
+        while not await generation.wait_all_exited(min(0.1, max(0.0, deadline - loop.time()))):
+            if loop.time() >= deadline:
+                if not peers_gone:
+                    self._log.warning("workers still running %.0f s after the stop request; "
+                                      "killing them", self.settings.shutdown_timeout)
+                return
+            if not peers_gone and any(w.alive and w.left is not None and w.left.error
+                                      for w in generation.workers.values()):
+                peers_gone = True
+                deadline = min(deadline, loop.time() + LEFT_GRACE)
+                self._log.warning("a rank left the generation while stopping (its peers are "
+                                  "gone): ending the workers in %.0f s", LEFT_GRACE)
 
     def request_stop(self, reason: str) -> None:
         """End the current generation as a stop request (a signal to this host's agent in a
