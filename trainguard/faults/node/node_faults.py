@@ -13,9 +13,8 @@ UnHealthy. A device left with no configured code is not reported.
 The node document (``mindx-dl-nodeinfo-<node>``, key ``NodeInfo``) is
 ``{"NodeInfo": {"FaultDevList": [{"DeviceType", "DeviceId", "FaultCode": [...], "FaultLevel"}],
 "NodeStatus": ...}, "CheckCode": ...}``. CheckCode is the SHA-256, in hex, of the UTF-8 JSON of
-``NodeInfo`` written as Go's ``encoding/json`` writes it, because ClusterD checks it by encoding
-what it decoded: no spaces, keys in the order above, non-ASCII characters as they are, and
-``<``, ``>``, ``&``, U+2028 and U+2029 as ``\\u`` escapes.
+``NodeInfo`` written as Go's ``encoding/json`` writes it (:mod:`trainguard.faults.go_json`),
+because ClusterD checks it by encoding what it decoded.
 """
 
 from __future__ import annotations
@@ -23,12 +22,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import hashlib
 import json
 import string
 from collections.abc import Iterable, Mapping
 from importlib import resources
 
+from trainguard.faults import go_json
 from trainguard.faults.config_problems import Action, ConfigProblem
 from trainguard.faults.node.switch_faults import NodeStatus
 
@@ -44,8 +43,6 @@ __all__ = [
 
 _SECTION = "FaultTypeCode"
 _HEX = frozenset(string.hexdigits)
-_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
-               "\u2029": "\\u2029"}
 
 
 class NodeFaultLevel(enum.StrEnum):
@@ -186,10 +183,7 @@ class NodeInfo:
     @property
     def check_code(self) -> str:
         """SHA-256 hex of ``NodeInfo`` as Go's ``encoding/json`` writes it."""
-        text = json.dumps(self._node_info_data(), ensure_ascii=False, separators=(",", ":"))
-        for character, escape in _GO_ESCAPES.items():
-            text = text.replace(character, escape)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return go_json.check_code(self._node_info_data())
 
     def to_data(self) -> dict[str, object]:
         return {"NodeInfo": self._node_info_data(), "CheckCode": self.check_code}
