@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 
-from trainguard.controller.fault_centre import go_json
+from trainguard.controller.fault_centre import go_json, plain_data
 from trainguard.faults.levels import FaultType, Level, most_serious
 
 __all__ = [
@@ -55,17 +55,6 @@ class DocumentError(ValueError):
     document and the field."""
 
 
-def _field(document: Mapping[str, object], name: str, kind: type | tuple[type, ...], *,
-           where: str) -> object:
-    if name not in document:
-        raise DocumentError(f"{where}: field {name!r} is missing")
-    value = document[name]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise DocumentError(f"{where}: field {name!r} has the wrong type "
-                            f"({type(value).__name__})")
-    return value
-
-
 def _object(value: object, *, where: str) -> Mapping[str, object]:
     if not isinstance(value, dict):
         raise DocumentError(f"{where}: expected a JSON object, got {type(value).__name__}")
@@ -79,7 +68,7 @@ def device_number(npu_name: str) -> int | None:
 
 
 def _check(document: Mapping[str, object], body: Mapping[str, object], *, where: str) -> None:
-    code = _field(document, "CheckCode", str, where=where)
+    code = plain_data.text(document, "CheckCode", where=where, error=DocumentError)
     if code != go_json.check_code(go_json.encode(body)):
         raise DocumentError(f"{where}: CheckCode {code!r} does not match its content; the "
                             "document is refused")
@@ -101,25 +90,28 @@ def device_entry(node: str, document: object, *,
     """
     where = DEVICE_INFO_PREFIX + node
     root = _object(document, where=where)
-    info = _object(_field(root, "DeviceInfo", dict, where=where), where=f"{where}: DeviceInfo")
-    devices = _field(info, "DeviceList", dict, where=f"{where}: DeviceInfo")
-    assert isinstance(devices, dict)
+    info = plain_data.mapping(root, "DeviceInfo", where=where, error=DocumentError)
+    devices = plain_data.mapping(info, "DeviceList", where=f"{where}: DeviceInfo",
+                                 error=DocumentError)
+    listed: dict[str, str] = {}
     for key, value in devices.items():
         if not isinstance(value, str):
             raise DocumentError(f"{where}: DeviceInfo.DeviceList[{key!r}] must be a string")
-    update_time = _field(info, "UpdateTime", int, where=f"{where}: DeviceInfo")
-    _check(root, {"DeviceList": go_json.GoMap(devices), "UpdateTime": update_time},
+        listed[key] = value
+    update_time = plain_data.whole(info, "UpdateTime", where=f"{where}: DeviceInfo",
+                                   error=DocumentError)
+    _check(root, {"DeviceList": go_json.GoMap(listed), "UpdateTime": update_time},
            where=where)
     entry: dict[str, object] = {
-        "DeviceList": go_json.GoMap(_fault_view(devices, hidden or {}, separated,
+        "DeviceList": go_json.GoMap(_fault_view(listed, hidden or {}, separated,
                                                 where=where)),
         "UpdateTime": update_time,
         "CmName": where,
-        "SuperPodID": _field(root, "SuperPodID", int, where=where),
-        "ServerIndex": _field(root, "ServerIndex", int, where=where),
+        "SuperPodID": plain_data.whole(root, "SuperPodID", where=where, error=DocumentError),
+        "ServerIndex": plain_data.whole(root, "ServerIndex", where=where, error=DocumentError),
     }
     if "RackID" in root:
-        entry["RackID"] = _field(root, "RackID", int, where=where)
+        entry["RackID"] = plain_data.whole(root, "RackID", where=where, error=DocumentError)
     return entry
 
 
@@ -219,16 +211,14 @@ def switch_entry(node: str, document: object) -> dict[str, object]:
     """
     where = SWITCH_INFO_PREFIX + node
     root = _object(document, where=where)
-    codes = _field(root, "FaultCode", list, where=where)
-    assert isinstance(codes, list)
-    if not all(isinstance(code, str) for code in codes):
-        raise DocumentError(f"{where}: every FaultCode must be a string")
-    times = _field(root, "FaultTimeAndLevelMap", dict, where=where)
-    assert isinstance(times, dict)
-    return {"FaultCode": codes, "FaultLevel": _field(root, "FaultLevel", str, where=where),
-            "UpdateTime": _field(root, "UpdateTime", int, where=where),
-            "NodeStatus": _field(root, "NodeStatus", str, where=where),
-            "FaultTimeAndLevelMap": go_json.GoMap(times), "CmName": where}
+    error = DocumentError
+    return {"FaultCode": plain_data.strings(root, "FaultCode", where=where, error=error),
+            "FaultLevel": plain_data.text(root, "FaultLevel", where=where, error=error),
+            "UpdateTime": plain_data.whole(root, "UpdateTime", where=where, error=error),
+            "NodeStatus": plain_data.text(root, "NodeStatus", where=where, error=error),
+            "FaultTimeAndLevelMap": go_json.GoMap(plain_data.mapping(
+                root, "FaultTimeAndLevelMap", where=where, error=error)),
+            "CmName": where}
 
 
 def node_entry(node: str, document: object) -> dict[str, object]:
@@ -239,8 +229,9 @@ def node_entry(node: str, document: object) -> dict[str, object]:
     """
     where = NODE_INFO_PREFIX + node
     root = _object(document, where=where)
-    info = _object(_field(root, "NodeInfo", dict, where=where), where=f"{where}: NodeInfo")
-    devices = _field(info, "FaultDevList", list, where=f"{where}: NodeInfo")
-    status = _field(info, "NodeStatus", str, where=f"{where}: NodeInfo")
+    info = plain_data.mapping(root, "NodeInfo", where=where, error=DocumentError)
+    devices = plain_data.objects(info, "FaultDevList", where=f"{where}: NodeInfo",
+                                 error=DocumentError)
+    status = plain_data.text(info, "NodeStatus", where=f"{where}: NodeInfo", error=DocumentError)
     _check(root, {"FaultDevList": devices, "NodeStatus": status}, where=where)
     return {"FaultDevList": devices, "NodeStatus": status, "CmName": where}

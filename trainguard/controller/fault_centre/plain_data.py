@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["mapping", "number", "objects", "text", "whole"]
+__all__ = ["mapping", "number", "objects", "strings", "text", "whole"]
 
 
 def _get(data: Mapping[str, object], name: str, *, where: str, error: type[ValueError]
@@ -56,4 +56,12 @@ def text(data: Mapping[str, object], name: str, *, where: str,
     value = _get(data, name, where=where, error=error)
     if not isinstance(value, str):
         raise _wrong(name, value, "a string", where=where, error=error)
+    return value
+
+
+def strings(data: Mapping[str, object], name: str, *, where: str,
+            error: type[ValueError] = ValueError) -> list[str]:
+    value = _get(data, name, where=where, error=error)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _wrong(name, value, "a list of strings", where=where, error=error)
     return value

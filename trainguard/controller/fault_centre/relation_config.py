@@ -180,10 +180,32 @@ def _entries(document: object, file: str, fields: tuple[str, ...],
     return entries
 
 
-def _refuse(problems: list[ConfigProblem], file: str, index: int, field: str,
-            message: str) -> None:
-    problems.append(ConfigProblem(file, f"[{index}]", field, f"{message}; the file is refused "
-                                  "and the defaults stay", Action.DEFAULT_USED))
+def _refused(problems: list[ConfigProblem], file: str, index: int,
+             checks: tuple[tuple[str, str | None], ...]) -> bool:
+    """Whether an entry has a bad field: the first is reported, and the file is refused."""
+    for field, problem in checks:
+        if problem is not None:
+            problems.append(ConfigProblem(file, f"[{index}]", field, f"{problem}; the file is "
+                                          "refused and the defaults stay", Action.DEFAULT_USED))
+            return True
+    return False
+
+
+def _code(code: object) -> str | None:
+    problem = _code_problem(code)
+    return None if problem is None else f"{code!r} is {problem}"
+
+
+def _choice(value: object, choices: type[enum.StrEnum]) -> str | None:
+    if value in set(choices):
+        return None
+    return f"{value!r} is not one of {', '.join(choices)}"
+
+
+def _codes(value: object) -> str | None:
+    if not isinstance(value, list) or not value:
+        return "must be a non-empty list of fault codes"
+    return next((problem for code in value if (problem := _code(code)) is not None), None)
 
 
 def _rules(document: object, file: str, problems: list[ConfigProblem]
@@ -194,26 +216,14 @@ def _rules(document: object, file: str, problems: list[ConfigProblem]
         return None
     rules = []
     for index, entry in enumerate(entries):
-        trigger = entry.get("TriggerFault")
-        relations = entry.get("RelationFaults")
+        trigger, relations = entry.get("TriggerFault"), entry.get("RelationFaults")
         strategy = entry.get("FaultStrategy")
-        if (problem := _code_problem(trigger)) is not None:
-            _refuse(problems, file, index, "TriggerFault", f"{trigger!r} is {problem}")
+        if _refused(problems, file, index, (
+                ("TriggerFault", _code(trigger)), ("RelationFaults", _codes(relations)),
+                ("FaultStrategy", _choice(strategy, Strategy)))):
             return None
-        if not isinstance(relations, list) or not relations:
-            _refuse(problems, file, index, "RelationFaults", "must be a non-empty list of "
-                    "fault codes")
-            return None
-        for code in relations:
-            if (problem := _code_problem(code)) is not None:
-                _refuse(problems, file, index, "RelationFaults", f"{code!r} is {problem}")
-                return None
-        if strategy not in set(Strategy):
-            _refuse(problems, file, index, "FaultStrategy", f"{strategy!r} is not one of "
-                    f"{', '.join(Strategy)}")
-            return None
-        assert isinstance(trigger, str)
-        rules.append(RelationRule(trigger, tuple(str(code) for code in relations),
+        assert isinstance(relations, list)
+        rules.append(RelationRule(str(trigger), tuple(str(code) for code in relations),
                                   Strategy(str(strategy))))
     return tuple(rules)
 
@@ -225,20 +235,14 @@ def _timeouts(document: object, file: str, problems: list[ConfigProblem]
         return None
     timeouts = []
     for index, entry in enumerate(entries):
-        code = entry.get("FaultCode")
-        kind = entry.get("FaultType")
+        code, kind = entry.get("FaultCode"), entry.get("FaultType")
         interval = entry.get("TimeOutInterval")
-        if (problem := _code_problem(code)) is not None:
-            _refuse(problems, file, index, "FaultCode", f"{code!r} is {problem}")
+        seconds = (None if isinstance(interval, int) and not isinstance(interval, bool)
+                   and interval >= 0 else f"{interval!r} is not a whole number of seconds >= 0")
+        if _refused(problems, file, index, (
+                ("FaultCode", _code(code)), ("FaultType", _choice(kind, RelationKind)),
+                ("TimeOutInterval", seconds))):
             return None
-        if kind not in set(RelationKind):
-            _refuse(problems, file, index, "FaultType", f"{kind!r} is not one of "
-                    f"{', '.join(RelationKind)}")
-            return None
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
-            _refuse(problems, file, index, "TimeOutInterval", f"{interval!r} is not a whole "
-                    "number of seconds >= 0")
-            return None
-        assert isinstance(code, str)
-        timeouts.append(RelationTimeout(code, RelationKind(str(kind)), float(interval)))
+        assert isinstance(interval, int)
+        timeouts.append(RelationTimeout(str(code), RelationKind(str(kind)), float(interval)))
     return tuple(timeouts)
