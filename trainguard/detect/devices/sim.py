@@ -16,7 +16,6 @@ The simulated host is in no super pod that can be queried: SuperPodID and Server
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from trainguard import clock as clocks
 from trainguard.detect.devices import backend
-from trainguard.faults.device import fault_codes
+from trainguard.faults.device import fault_codes, replay
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.device.replay import TimelineError
 
@@ -70,13 +69,7 @@ def parse_sim_timeline(lines: Iterable[str], *, devices: int,
     """
     table = table or fault_codes.default_table()
     faults: list[SimFault] = []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip() or text.lstrip().startswith("#"):
-            continue
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise TimelineError(f"line {number}: not JSON ({error.msg})") from None
+    for number, data in replay.timeline_lines(lines):
         if not isinstance(data, dict):
             raise TimelineError(f"line {number}: expected a JSON object")
         unknown = sorted(set(data) - set(_FIELDS))
@@ -97,8 +90,7 @@ def parse_sim_timeline(lines: Iterable[str], *, devices: int,
             raise TimelineError(f"line {number}: assertion: {data.get('assertion')!r} is not "
                                 f"one of {', '.join(a.value for a in Assertion)}") from None
         if faults and time < faults[-1].time:
-            raise TimelineError(f"line {number}: time: {time} is earlier than the line before "
-                                f"({faults[-1].time}); a timeline is in time order")
+            raise replay.out_of_order(number, time, faults[-1].time)
         faults.append(SimFault(float(time), data["device"], data["code"].strip(), assertion))
     return tuple(faults)
 
