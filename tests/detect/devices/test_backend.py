@@ -19,6 +19,9 @@ def test_super_pod_values_follow_the_seed() -> None:
 def test_inventory_sorts_by_physical_id_and_refuses_repeats() -> None:
     inventory = backend.Inventory((backend.DeviceIdentity(2, 0), backend.DeviceIdentity(0, 1)))
     assert inventory.names == ("device-0", "device-2")
+    assert inventory.device("device-2") == backend.DeviceIdentity(2, 0)
+    with pytest.raises(KeyError, match="'device-1' is not a device of this host"):
+        inventory.device("device-1")
     assert (inventory.super_pod_id, inventory.server_index) == (-2, -2)
     with pytest.raises(ValueError, match=r"devices: physical ids repeat: \[1, 1\]"):
         backend.Inventory((backend.DeviceIdentity(1, 0), backend.DeviceIdentity(1, 1)))
