@@ -105,6 +105,17 @@ class Inventory:
     def names(self) -> tuple[str, ...]:
         return tuple(device.name for device in self.devices)
 
+    def device(self, name: str) -> DeviceIdentity:
+        """The device an event names (``device-3``).
+
+        Raises:
+            KeyError: no device of this host has that name.
+        """
+        for device in self.devices:
+            if device.name == name:
+                return device
+        raise KeyError(f"{name!r} is not a device of this host ({', '.join(self.names)})")
+
 
 @dataclasses.dataclass(frozen=True)
 class Reading:

@@ -16,7 +16,6 @@ The simulated host is in no super pod that can be queried: SuperPodID and Server
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import threading
@@ -25,9 +24,8 @@ from pathlib import Path
 
 from trainguard import clock as clocks
 from trainguard.detect.devices import backend
-from trainguard.faults.device import fault_codes
+from trainguard.faults.device import fault_codes, replay
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
-from trainguard.faults.device.replay import TimelineError
 
 __all__ = ["SimBackend", "SimFault", "SimFaultError", "parse_sim_timeline"]
 
@@ -70,35 +68,30 @@ def parse_sim_timeline(lines: Iterable[str], *, devices: int,
     """
     table = table or fault_codes.default_table()
     faults: list[SimFault] = []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip() or text.lstrip().startswith("#"):
-            continue
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise TimelineError(f"line {number}: not JSON ({error.msg})") from None
+    for number, data in replay.timeline_lines(lines):
         if not isinstance(data, dict):
-            raise TimelineError(f"line {number}: expected a JSON object")
+            raise replay.TimelineError(f"line {number}: expected a JSON object")
         unknown = sorted(set(data) - set(_FIELDS))
         if unknown:
-            raise TimelineError(f"line {number}: {', '.join(unknown)}: not a field of a "
-                                f"simulated fault (known: {', '.join(_FIELDS)})")
+            raise replay.TimelineError(
+                f"line {number}: {', '.join(unknown)}: not a field of a simulated fault "
+                f"(known: {', '.join(_FIELDS)})")
         time = data.get("time")
         if (isinstance(time, bool) or not isinstance(time, int | float)
                 or not math.isfinite(time) or time < 0):
-            raise TimelineError(f"line {number}: time: expected seconds since start (>= 0), "
-                                f"got {time!r}")
+            raise replay.TimelineError(
+                f"line {number}: time: expected seconds since start (>= 0), got {time!r}")
         problem = _check(data.get("device"), data.get("code"), devices=devices, table=table)
         if problem:
-            raise TimelineError(f"line {number}: {problem}")
+            raise replay.TimelineError(f"line {number}: {problem}")
         try:
             assertion = Assertion(data.get("assertion", "occur"))
         except ValueError:
-            raise TimelineError(f"line {number}: assertion: {data.get('assertion')!r} is not "
-                                f"one of {', '.join(a.value for a in Assertion)}") from None
+            raise replay.TimelineError(
+                f"line {number}: assertion: {data.get('assertion')!r} is not one of "
+                f"{', '.join(a.value for a in Assertion)}") from None
         if faults and time < faults[-1].time:
-            raise TimelineError(f"line {number}: time: {time} is earlier than the line before "
-                                f"({faults[-1].time}); a timeline is in time order")
+            raise replay.out_of_order(number, time, faults[-1].time)
         faults.append(SimFault(float(time), data["device"], data["code"].strip(), assertion))
     return tuple(faults)
 
@@ -133,11 +126,11 @@ class SimBackend(backend.DeviceBackend):
         try:
             text = path.read_text()
         except OSError as error:
-            raise TimelineError(f"{path}: cannot be read ({error.strerror})") from None
+            raise replay.TimelineError(f"{path}: cannot be read ({error.strerror})") from None
         try:
             timeline = parse_sim_timeline(text.splitlines(), devices=devices)
-        except TimelineError as error:
-            raise TimelineError(f"{path}: {error}") from None
+        except replay.TimelineError as error:
+            raise replay.TimelineError(f"{path}: {error}") from None
         return cls(devices=devices, clock=clock, timeline=timeline, subscription=subscription)
 
     def open(self) -> backend.Inventory:

@@ -29,8 +29,8 @@ from trainguard.faults.device import device_health, fault_codes
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent, UpgradeReason
 from trainguard.faults.levels import FaultType, Level, ResetPolicy
 
-__all__ = ["LevelChange", "TimelineError", "TimelineRecord", "parse_time", "parse_timeline",
-           "replay"]
+__all__ = ["LevelChange", "TimelineError", "TimelineRecord", "out_of_order", "parse_time",
+           "parse_timeline", "replay", "timeline_lines"]
 
 
 class TimelineError(ValueError):
@@ -122,6 +122,28 @@ def _record(data: object, line: int) -> TimelineRecord:
     return TimelineRecord(line, time, event=DeviceFaultEvent(device, code, assertion, time))
 
 
+def timeline_lines(lines: Iterable[str]) -> Iterator[tuple[int, object]]:
+    """Each line's number and parsed JSON, in a file of JSON lines where blank lines and lines
+    starting with ``#`` are skipped (a timeline, or the simulated devices' one).
+
+    Raises:
+        TimelineError: a line that is not JSON.
+    """
+    for number, text in enumerate(lines, start=1):
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        try:
+            yield number, json.loads(text)
+        except json.JSONDecodeError as error:
+            raise TimelineError(f"line {number}: not JSON ({error.msg})") from None
+
+
+def out_of_order(number: int, time: float, before: float) -> TimelineError:
+    """The error of a line whose time is earlier than the line before."""
+    return TimelineError(f"line {number}: time: {time} is earlier than the line before "
+                         f"({before}); a timeline is in time order")
+
+
 def parse_timeline(lines: Iterable[str]) -> list[TimelineRecord]:
     """The timeline's records; blank lines and lines starting with ``#`` are skipped.
 
@@ -129,17 +151,10 @@ def parse_timeline(lines: Iterable[str]) -> list[TimelineRecord]:
         TimelineError: a line that is not a record, or a time earlier than the line before.
     """
     records: list[TimelineRecord] = []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip() or text.lstrip().startswith("#"):
-            continue
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise TimelineError(f"line {number}: not JSON ({error.msg})") from None
+    for number, data in timeline_lines(lines):
         record = _record(data, number)
         if records and record.time < records[-1].time:
-            raise TimelineError(f"line {number}: time: {record.time} is earlier than the "
-                                f"line before ({records[-1].time}); a timeline is in time order")
+            raise out_of_order(number, record.time, records[-1].time)
         records.append(record)
     return records
 
