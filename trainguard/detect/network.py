@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from trainguard.clock import Clock
-from trainguard.detect import network_probe
+from trainguard.detect import network_probe, periodic
 from trainguard.detect.detector_status import DetectorStatus, StatusRecorder
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 
@@ -155,19 +155,12 @@ class NetworkDetector:
 
     async def run(self) -> None:
         """Watch until cancelled."""
-        await asyncio.gather(self._links_forever(), self._probes_forever())
-
-    async def _links_forever(self) -> None:
-        while True:
+        async def links() -> None:
             self.check_links()
-            await asyncio.sleep(self._settings.link_period)
 
-    async def _probes_forever(self) -> None:
-        while True:
-            started = self._clock.monotonic()
-            await self.probe()
-            elapsed = self._clock.monotonic() - started
-            await asyncio.sleep(max(0.0, self._settings.probe_period - elapsed))
+        await asyncio.gather(
+            periodic.every(self._settings.link_period, links, clock=self._clock),
+            periodic.every(self._settings.probe_period, self.probe, clock=self._clock))
 
     async def _probe_one(self, interface: TrainingInterface) -> list[DeviceFaultEvent]:
         gateway = self._states[interface.name].gateway

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 
 from trainguard import names
 from trainguard.clock import Clock
+from trainguard.detect import periodic
 from trainguard.detect.detector_status import DetectorStatus, StatusRecorder
 
 __all__ = ["STORAGE_FAULT_CODE", "STORAGE_SENDER", "MountState", "StorageChange",
@@ -146,11 +147,7 @@ class StorageDetector:
 
     async def run(self) -> None:
         """Probe until cancelled."""
-        while True:
-            started = self._clock.monotonic()
-            await self.check()
-            elapsed = self._clock.monotonic() - started
-            await asyncio.sleep(max(0.0, self._settings.period - elapsed))
+        await periodic.every(self._settings.period, self.check, clock=self._clock)
 
     async def _check_one(self, mount: str) -> StorageChange | None:
         pending = self._pending.get(mount)
