@@ -112,7 +112,8 @@ def step_times(name: str, command: list[str], *, workdir: Path, ranks: int, skip
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     metrics = has_metrics_flag()
-    measured = [v for v in VARIANTS if metrics or not v.metrics]
+    chosen = {"torchrun", *(args.variants or (v.name for v in VARIANTS))}
+    measured = [v for v in VARIANTS if (metrics or not v.metrics) and v.name in chosen]
     times: dict[str, list[float]] = {variant.name: [] for variant in measured}
     with tempfile.TemporaryDirectory(prefix="trainguard-overhead-") as root:
         for number in range(args.rounds):
@@ -130,6 +131,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
             entry.update(median_step_seconds=median, steps_measured=len(times[variant.name]),
                          overhead=overhead,
                          met=None if variant.launcher == "torchrun" else overhead < TARGET)
+        elif variant.name not in chosen:
+            entry["why"] = "not asked for (--variants)"
         else:
             entry["why"] = "this trainguard has no --metrics-port"
         results.append(entry)
@@ -149,6 +152,8 @@ def parser() -> argparse.ArgumentParser:
     common.add_step_job_arguments(result, name=NAME, steps=500)
     result.add_argument("--width", type=int, default=768)
     result.add_argument("--batch", type=int, default=128)
+    result.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS],
+                        help="measure only these (torchrun, the baseline, always); default: all")
     return result
 
 

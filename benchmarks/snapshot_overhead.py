@@ -106,9 +106,11 @@ def _command(size: Size, every: int, workdir: Path, args: argparse.Namespace) ->
 
 
 def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    chosen = {BASELINE, *(args.variants or VARIANTS)}
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
     for number in range(args.rounds):
-        for name, (every, env) in VARIANTS.items():
+        for name in times:
+            every, env = VARIANTS[name]
             workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-", dir=root))
             times[name] += overhead.step_times(
                 f"{size.name}, {name}", _command(size, every, workdir, args), workdir=workdir,
@@ -154,6 +156,9 @@ def parser() -> argparse.ArgumentParser:
     common.add_step_job_arguments(result, name=NAME, steps=200)
     result.add_argument("--sizes", nargs="+", choices=[size.name for size in SIZES],
                         default=[size.name for size in SIZES])
+    result.add_argument("--variants", nargs="+", choices=list(VARIANTS),
+                        help=f"measure only these ({BASELINE!r}, the baseline, always); "
+                             "default: all")
     return result
 
 
