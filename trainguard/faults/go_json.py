@@ -12,15 +12,30 @@ from __future__ import annotations
 import hashlib
 import json
 
-__all__ = ["check_code", "dumps"]
+__all__ = ["GoMap", "check_code", "dumps"]
 
 _GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
                "\u2029": "\\u2029"}
 
 
+class GoMap(dict[str, object]):
+    """A Go map: written with its keys sorted, where a plain dict (a struct) keeps its order."""
+
+
+def _sorted_maps(value: object) -> object:
+    if isinstance(value, GoMap):
+        return {key: _sorted_maps(value[key]) for key in sorted(value)}
+    if isinstance(value, dict):
+        return {key: _sorted_maps(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_sorted_maps(item) for item in value]
+    return value
+
+
 def dumps(value: object) -> str:
-    """``value`` as Go's ``json.Marshal`` writes it (dict order kept)."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """``value`` as Go's ``json.Marshal`` writes it (:class:`GoMap` keys sorted, other dicts'
+    order kept)."""
+    text = json.dumps(_sorted_maps(value), ensure_ascii=False, separators=(",", ":"))
     for character, escape in _GO_ESCAPES.items():
         text = text.replace(character, escape)
     return text

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainguard.controller.fault_centre import go_json, node_documents
+from trainguard.controller.fault_centre import node_documents
 from trainguard.controller.fault_centre.fault_ranks import FaultRanks
 from trainguard.controller.fault_centre.shards import OversizedEntryError, ShardAssignment
 from trainguard.controller.fault_centre.write_plan import DocumentWrite, WritePlanner
+from trainguard.faults import go_json
 from trainguard.faults.node import node_faults
 from trainguard.faults.node.switch_faults import NodeStatus
 
 
 def test_go_json_sorts_maps_keeps_struct_order_and_escapes_html() -> None:
     value = {"b": go_json.GoMap({"z": 1, "a": "<&>"}), "a": ["é"]}
-    assert go_json.encode(value) == '{"b":{"a":"\\u003c\\u0026\\u003e","z":1},"a":["é"]}'
+    assert go_json.dumps(value) == '{"b":{"a":"\\u003c\\u0026\\u003e","z":1},"a":["é"]}'
 
 
 def test_a_shard_stays_within_the_limit_and_entries_stay_put() -> None:
@@ -137,8 +139,8 @@ def device_info_document(*, faults: list[dict[str, object]] | None = None) -> di
     }
     info = {"DeviceList": device_list, "UpdateTime": 1744182144}
     return {"DeviceInfo": info, "SuperPodID": -2, "ServerIndex": -2,
-            "CheckCode": go_json.check_code(go_json.encode(
-                {"DeviceList": go_json.GoMap(device_list), "UpdateTime": 1744182144}))}
+            "CheckCode": go_json.check_code(
+                {"DeviceList": go_json.GoMap(device_list), "UpdateTime": 1744182144})}
 
 
 UCE_FAULT: dict[str, object] = {"fault_type": "CardUnhealthy", "npu_name": "Ascend910-1",
@@ -229,5 +231,5 @@ def test_the_fault_ranks_document_field_by_field() -> None:
     data = ranks.data()
     assert ranks.name == "fault-config-job"
     assert data["fault-npus"] == '{"FaultRankIds":["3","11"],"CreatTime":1700000000}'
-    assert data["checkCode"] == go_json.check_code(data["fault-npus"])
+    assert data["checkCode"] == hashlib.sha256(data["fault-npus"].encode()).hexdigest()
     assert ranks.updated([3, 11], 1800000000.0) is ranks

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from trainguard.controller.fault_centre import go_json
 from trainguard.controller.fault_centre.api import JobPlacement, split_device
 from trainguard.controller.fault_centre.centre import FaultCentre
 from trainguard.controller.fault_centre.relation_config import Strategy
 from trainguard.controller.fault_centre.separation_policy import SeparationPolicy
 from trainguard.controller.fault_centre.shards import SHARD_LIMIT
+from trainguard.faults import go_json
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
 
@@ -142,8 +142,8 @@ def device_info(update_time: int, faults: list[dict[str, object]] | None = None
                    "huawei.com/Ascend910-Unhealthy": ""}
     return {"DeviceInfo": {"DeviceList": device_list, "UpdateTime": update_time},
             "SuperPodID": -2, "ServerIndex": -2,
-            "CheckCode": go_json.check_code(go_json.encode(
-                {"DeviceList": go_json.GoMap(device_list), "UpdateTime": update_time}))}
+            "CheckCode": go_json.check_code(
+                {"DeviceList": go_json.GoMap(device_list), "UpdateTime": update_time})}
 
 
 def test_the_cluster_documents_show_the_centres_view() -> None:
@@ -156,7 +156,7 @@ def test_the_cluster_documents_show_the_centres_view() -> None:
     centre.node_documents("n0", device_info=device_info(100, [fault]),
                           node_info={"NodeInfo": {"FaultDevList": [], "NodeStatus": "Healthy"},
                                      "CheckCode": go_json.check_code(
-                                         '{"FaultDevList":[],"NodeStatus":"Healthy"}')})
+                                         {"FaultDevList": [], "NodeStatus": "Healthy"})})
     centre.device_fault(occur(AIC, 100.0))
     writes = {w.name: w.data for w in centre.evaluate(101.0).writes}
     assert sorted(writes) == ["cluster-info-device-0", "cluster-info-node-cm",
@@ -207,8 +207,8 @@ def test_shards_at_scale_stay_under_800_kb() -> None:
         info = document["DeviceInfo"]
         assert isinstance(info, dict)
         info["DeviceList"]["huawei.com/Ascend910"] = names
-        document["CheckCode"] = go_json.check_code(go_json.encode(
-            {"DeviceList": go_json.GoMap(info["DeviceList"]), "UpdateTime": 1}))
+        document["CheckCode"] = go_json.check_code(
+            {"DeviceList": go_json.GoMap(info["DeviceList"]), "UpdateTime": 1})
         centre.node_documents(f"node-{node:04d}", device_info=document)
     centre.planner.max_writes_per_second = 100
     writes = [w for w in centre.evaluate(0.0).writes if w.name.startswith("cluster-info-device")]

@@ -32,7 +32,7 @@ import json
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 
-from trainguard.controller.fault_centre import go_json, node_documents, plain_data
+from trainguard.controller.fault_centre import node_documents, plain_data
 from trainguard.controller.fault_centre.api import Delivery, Evaluation, JobPlacement, split_device
 from trainguard.controller.fault_centre.companion_filter import (
     COMPANION_CODES,
@@ -55,6 +55,7 @@ from trainguard.controller.fault_centre.retry_hiding import RecoveryReport, retr
 from trainguard.controller.fault_centre.separation_policy import SeparationPolicy
 from trainguard.controller.fault_centre.shards import SHARD_LIMIT, ShardAssignment
 from trainguard.controller.fault_centre.write_plan import DocumentWrite, WritePlanner
+from trainguard.faults import go_json
 from trainguard.faults.device import fault_codes
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.device.device_health import RETRY_CODES
@@ -201,10 +202,10 @@ class FaultCentre:
             self._device_documents[node] = device_info
             self._device_shown.pop(node, None)
         if switch is not None:
-            self._switches.put(node_documents.SWITCH_INFO_PREFIX + node, go_json.encode(switch))
+            self._switches.put(node_documents.SWITCH_INFO_PREFIX + node, go_json.dumps(switch))
             self._switch_faults[node] = (str(switch["NodeStatus"]), _switch_faults(node, switch))
         if entry is not None:
-            self._node_entries[node] = go_json.encode(entry)
+            self._node_entries[node] = go_json.dumps(entry)
 
     def forget_node(self, node: str) -> None:
         """The node left the cluster: its entries go from the cluster documents."""
@@ -322,7 +323,7 @@ class FaultCentre:
             self._device_shown[node] = shown
             entry = node_documents.device_entry(node, document, hidden=hidden[node],
                                                 separated=separated[node])
-            self._devices.put(node_documents.DEVICE_INFO_PREFIX + node, go_json.encode(entry))
+            self._devices.put(node_documents.DEVICE_INFO_PREFIX + node, go_json.dumps(entry))
         documents: dict[str, Mapping[str, str]] = {}
         for prefix, shards in ((CLUSTER_DEVICE_PREFIX, self._devices),
                                (CLUSTER_SWITCH_PREFIX, self._switches)):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from trainguard.controller.fault_centre import go_json
+from trainguard.faults import go_json
 
 __all__ = ["FAULT_CONFIG_PREFIX", "FaultRanks"]
 
@@ -33,9 +33,9 @@ class FaultRanks:
 
     def data(self) -> dict[str, str]:
         """The document's keys and values."""
-        npus = go_json.encode({"FaultRankIds": [str(rank) for rank in self.ranks],
-                               "CreatTime": int(self.created)})
-        return {"fault-npus": npus, "checkCode": go_json.check_code(npus)}
+        npus = {"FaultRankIds": [str(rank) for rank in self.ranks],
+                "CreatTime": int(self.created)}
+        return {"fault-npus": go_json.dumps(npus), "checkCode": go_json.check_code(npus)}
 
     def updated(self, ranks: Iterable[int], now: float) -> FaultRanks:
         """This job's document with ``ranks`` at ``now`` (seconds): itself when unchanged."""

@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 
-from trainguard.controller.fault_centre import go_json, plain_data
+from trainguard.controller.fault_centre import plain_data
+from trainguard.faults import go_json
 from trainguard.faults.levels import FaultType, Level, most_serious
 
 __all__ = [
@@ -69,7 +70,7 @@ def device_number(npu_name: str) -> int | None:
 
 def _check(document: Mapping[str, object], body: Mapping[str, object], *, where: str) -> None:
     code = plain_data.text(document, "CheckCode", where=where, error=DocumentError)
-    if code != go_json.check_code(go_json.encode(body)):
+    if code != go_json.check_code(body):
         raise DocumentError(f"{where}: CheckCode {code!r} does not match its content; the "
                             "document is refused")
 
@@ -141,7 +142,7 @@ def _fault_view(devices: Mapping[str, str], hidden: Mapping[int, Collection[str]
             if name not in unhealthy:
                 unhealthy.append(name)
         if changed:
-            view[key] = go_json.encode(kept)
+            view[key] = go_json.dumps(kept)
             if separated:
                 view[resource + _UNHEALTHY_SUFFIX] = ",".join(unhealthy)
     return view
