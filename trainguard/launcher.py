@@ -30,11 +30,12 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from trainguard import __version__, owner_only
+from trainguard import __version__, names, owner_only
 from trainguard import clock as clocks
 from trainguard.agent import (
     checkpoint_memory,
     controller_link,
+    device_watch,
     joining,
     node_agent,
     persister_client,
@@ -49,6 +50,7 @@ from trainguard.controller import (
     agent_proxy,
     cluster_view,
     device_levels,
+    device_reports,
     fault_config,
     fault_history,
     job_controller,
@@ -56,13 +58,16 @@ from trainguard.controller import (
     service,
 )
 from trainguard.detect import heartbeat
+from trainguard.detect.devices import naming, registry
 from trainguard.faults import process
-from trainguard.faults.device import device_health
+from trainguard.faults.device import customization as customizations
+from trainguard.faults.device import device_health, fault_codes, replay
+from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.ipc import checkpoint_layout
 from trainguard.job import events
 from trainguard.proto import channel, control_pb2, grpc_channel
 from trainguard.store import api as store_api
-from trainguard.store import recorder, sqlite, sqlite_kv
+from trainguard.store import recorder, sqlite, sqlite_kv, trailing
 from trainguard.telemetry import live, metrics
 
 __all__ = [
@@ -119,6 +124,17 @@ class RunSettings:
     metrics_address: str = "0.0.0.0"
     """Address the metrics endpoint listens on: every interface, as exporters do for a scraper
     on another host; 127.0.0.1 keeps it on this host."""
+    device_backend: str = "sim"
+    """What watches this host's devices: sim (simulated devices, one per rank and spare device;
+    faults from --device-timeline or trainguard fault inject --device), nvml (NVIDIA GPUs
+    through NVML) or npu (Ascend NPUs through npu-smi). A backend that fails to load is
+    retried while the job runs."""
+    device_timeline: Path | None = None
+    """sim: a file of device faults to play, one JSON object per line: {"time": seconds after
+    the start, "device": id, "code": "80E01801", "assertion": "occur|recover|once"}."""
+    device_names: Path | None = None
+    """A deviceNameCustomization.json: the devices' public type and names in the device
+    document (the original's format); unset: Ascend910-<id> (npu, sim) or gpu-<id> (nvml)."""
     cluster: joining.ClusterSettings | None = None
     """A job across hosts: this host's agent joins the controller named there, which drives
     the job; None: the controller runs here, for this host alone."""
@@ -134,6 +150,9 @@ class RunSettings:
         if not self.fault_config_interval > 0:
             raise ValueError("fault-config-interval must be > 0 seconds, got "
                              f"{self.fault_config_interval}")
+        if self.device_backend not in registry.BACKENDS:
+            raise ValueError(f"device-backend must be one of {', '.join(registry.BACKENDS)}, "
+                             f"got {self.device_backend!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,19 +346,28 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
     else:
         engine = device_health.FaultEngine(table=table, customization=customization)
     driver: _Driver
+    send: device_watch.ReportSink
+    node = joined.cluster.node_name if joined is not None else _local_node_name()
     if joined is None:
         # The controller drives this host's agent through the controller protocol, as it
         # would an agent on another host; here the messages go through in-process queues.
         agent_end, controller_end = channel.in_process_pair()
         proxy = agent_proxy.AgentProxy(controller_end)
+        controller = job_controller.JobController(
+            settings.recovery, job=agent_settings.run_id, world_size=agent_settings.world_size,
+            agent=proxy, recorder=events_recorder, clock=clock, device_faults=engine)
         driver = _ControllerHere(
             controller_link.ControllerLink(agent, agent_end, host=socket.gethostname()), proxy,
-            job_controller.JobController(
-                settings.recovery, job=agent_settings.run_id,
-                world_size=agent_settings.world_size, agent=proxy, recorder=events_recorder,
-                clock=clock, device_faults=engine))
+            controller)
+        send = _device_reports_here(controller, history_store, held, node=node, clock=clock)
     else:
         driver = _ControllerAway(agent, joined, clock=clock)
+        send = device_watch.to_controllers(joined.cluster.endpoints, joined.cluster.security)
+    devices = _device_watch(settings, agent_settings, node=node, send=send,
+                            table=table, customization=customization,
+                            record=events_recorder.record, publish=events_recorder.publish,
+                            clock=clock)
+    agent.device_injector = devices.inject
     pacer = snapshot_pacing.SnapshotPacer(agent_settings, agent=agent,
                                           record=events_recorder.record, clock=clock)
     events_recorder.subscribe(tally.event)
@@ -362,8 +390,10 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
             interval=settings.progress_interval))
         pacing = asyncio.create_task(pacer.run(interval=SNAPSHOT_REVIEW_INTERVAL))
         watch = asyncio.create_task(device_levels.watch(
-            engine, config=config, interval=settings.fault_config_interval,
-            record=events_recorder.record, clock=clock, job=agent_settings.run_id))
+            [engine, devices.engine], config=config, interval=settings.fault_config_interval,
+            record=events_recorder.record, clock=clock, job=agent_settings.run_id,
+            changed=controller.device_level_changed if joined is None else None))
+        watching_devices = asyncio.create_task(devices.run())
         try:
             try:
                 await agent.start()
@@ -385,9 +415,10 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
             sampling.cancel()
             pacing.cancel()
             watch.cancel()
+            watching_devices.cancel()
             publishing.cancel()
-            await asyncio.gather(progress, sampling, pacing, watch, publishing,
-                                 return_exceptions=True)
+            await asyncio.gather(progress, sampling, pacing, watch, watching_devices,
+                                 publishing, return_exceptions=True)
             await agent.close()
             _publish_once(agent, events_recorder, tally, exporter, clock=clock)
             if server is not None:
@@ -399,6 +430,57 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         step_seconds=measured.step_seconds, snapshot_seconds=measured.snapshot_seconds,
         training_seconds=measured.training_seconds, checkpoint_lag=lag,
         snapshot_every=agent.snapshot_every)
+
+
+def _local_node_name() -> str:
+    """This host's name as a node name (lower case, as Kubernetes names nodes), or localhost."""
+    try:
+        return names.node_name(socket.gethostname().lower(), what="host name")
+    except names.InvalidNameError:
+        return "localhost"
+
+
+def _device_reports_here(controller: job_controller.JobController,
+                         store: sqlite_kv.SqliteKeyValueStore, held: contextlib.AsyncExitStack,
+                         *, node: str, clock: clocks.Clock) -> device_watch.ReportSink:
+    """This host's device reports, taken by the job's controller here as a controller across
+    hosts takes them (its devices kept in the run's store), each fault graded by the job."""
+    writer = trailing.TrailingWriter(store, what="this host's devices")
+    writing = asyncio.create_task(writer.run(), name="trainguard-host-devices")
+    held.callback(writing.cancel)
+
+    async def grade(event: DeviceFaultEvent) -> device_health.DeviceHealth:
+        # One host: the job names its devices without the host's name.
+        local = dataclasses.replace(event, device=event.device.partition("/")[2])
+        return await controller.device_fault(local, reported_by=f"the devices of {node}")
+
+    return device_reports.DeviceReports(grade, writer, clock=clock).take
+
+
+def _device_watch(settings: RunSettings, agent: node_agent.AgentSettings, *, node: str,
+                  send: device_watch.ReportSink, table: fault_codes.CodeTable | None,
+                  customization: customizations.Customization | None,
+                  record: Callable[[events.Event], object],
+                  publish: Callable[[str, dict[str, object]], None],
+                  clock: clocks.Clock) -> device_watch.DeviceWatch:
+    """Raises: LaunchError when the sim timeline cannot be read."""
+    try:
+        backend = registry.create_backend(registry.BackendSettings(
+            name=settings.device_backend,
+            devices=agent.nproc_per_node + agent.spare_devices,
+            timeline=settings.device_timeline), clock=clock)
+    except replay.TimelineError as error:
+        raise LaunchError(f"--device-timeline {error}") from error
+    default = naming.default_naming(settings.device_backend)
+    names_in_use, problems = (naming.DeviceNaming.load(settings.device_names, default=default)
+                              if settings.device_names is not None else (default, []))
+    for problem in problems:
+        logger.warning("%s", problem.describe())
+    return device_watch.DeviceWatch(
+        backend, node=node, engine=device_health.FaultEngine(table=table,
+                                                             customization=customization),
+        names=names_in_use, send=send, publish=publish, record=record, clock=clock,
+        job=agent.run_id)
 
 
 class _Driver(Protocol):

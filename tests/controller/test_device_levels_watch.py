@@ -17,15 +17,17 @@ TIMEOUT = 10.0
 
 
 def _watch(engine: device_health.FaultEngine, config: fault_config.FaultConfigDirectory | None,
-           clock: FakeClock, recorded: list[events.Event], until: type[events.Event],
-           *, count: int = 1) -> None:
-    """Run the watch until ``count`` events of type ``until`` are recorded."""
+           clock: FakeClock, recorded: list[events.Event], until: type[events.Event] | None,
+           *, changed: list[device_health.DeviceHealth] | None = None) -> None:
+    """Run the watch until an event of type ``until`` is recorded (None: a device changed)."""
+    changed = changed if changed is not None else []
     async def scenario() -> None:
         task = asyncio.create_task(device_levels.watch(
-            engine, config=config, interval=0.01, record=recorded.append, clock=clock,
-            job="job"))
+            [engine], config=config, interval=0.01, record=recorded.append, clock=clock,
+            job="job", changed=changed.append))
         try:
-            while sum(isinstance(event, until) for event in recorded) < count:
+            while not (any(isinstance(event, until) for event in recorded) if until
+                       else changed):
                 await asyncio.sleep(0.01)
         finally:
             task.cancel()
@@ -34,19 +36,19 @@ def _watch(engine: device_health.FaultEngine, config: fault_config.FaultConfigDi
     asyncio.run(asyncio.wait_for(scenario(), timeout=TIMEOUT))
 
 
-def test_time_alone_raises_a_lasting_link_down_and_the_change_is_recorded() -> None:
+def test_time_alone_raises_a_lasting_link_down_and_the_change_is_handed_on() -> None:
     engine = device_health.FaultEngine()
     clock = FakeClock()
     engine.report(DeviceFaultEvent("device-0", "81078603", Assertion.OCCUR, clock.wall()))
     clock.now += 21.0  # past the default FaultTimeout of 20 s
-    recorded: list[events.Event] = []
+    changed: list[device_health.DeviceHealth] = []
 
-    _watch(engine, None, clock, recorded, events.DeviceLevelChanged)
+    _watch(engine, None, clock, [], None, changed=changed)
 
-    (changed,) = [e for e in recorded if isinstance(e, events.DeviceLevelChanged)]
-    assert (changed.device, changed.before, changed.level) == (
-        "device-0", "NotHandleFault", "PreSeparateNPU")
-    assert [reason["upgrade_type"] for reason in changed.added] == ["FaultDuration"]
+    (health,) = changed
+    assert (health.device, health.previous, health.level) == (
+        "device-0", Level.NOT_HANDLE_FAULT, Level.PRE_SEPARATE_NPU)
+    assert [str(reason.upgrade_type) for reason in health.added] == ["FaultDuration"]
 
 
 def test_a_file_broken_while_running_keeps_the_last_good_configuration(tmp_path: Path) -> None:

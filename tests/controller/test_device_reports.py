@@ -64,3 +64,46 @@ def test_changes_are_graded_and_the_hosts_devices_kept_in_the_store(tmp_path: Pa
             await store.close()
 
     assert asyncio.run(stored()) == {"3": [UCE]}
+
+
+def test_events_are_graded_at_the_devices_times_and_the_documents_kept(tmp_path: Path) -> None:
+    """An event is graded at the device's time, not the report's (a link down 25 s old is
+    NotHandleFault when it occurred; the level watch raises it); the host's device document is
+    kept in the store under its original name; a bad assertion is refused, naming it."""
+    clock = FakeClock()
+
+    async def scenario() -> tuple[list[tuple[int, str]], str]:
+        controller = service.ControllerService(
+            service.ControllerSettings(run_root=tmp_path / "controller",
+                                       security=grpc_security.ServerSecurity(insecure=True)),
+            clock=clock)
+        port = await controller.start("127.0.0.1:0")
+        try:
+            report = _report("host-b", {2: ["81078603"]})
+            report.events.add(device=2, code="81078603", assertion="occur",
+                              time=clock.wall() - 25.0)
+            report.device_info = '{"DeviceInfoCfg": "{}"}'
+            ack = await grpc_channel.report_devices(f"127.0.0.1:{port}", report, timeout=10,
+                                                    security=CLIENT)
+            bad = _report("host-b", {})
+            bad.events.add(device=2, code="81078603", assertion="gone", time=clock.wall())
+            with pytest.raises(grpc_channel.CallRefusedError) as refused:
+                await grpc_channel.report_devices(f"127.0.0.1:{port}", bad, timeout=10,
+                                                  security=CLIENT)
+        finally:
+            await controller.stop()
+        return [(grade.device, grade.level) for grade in ack.changed], str(refused.value)
+
+    graded, refusal = asyncio.run(scenario())
+    assert graded == [(2, "NotHandleFault")], "graded at the event's time: not yet swept"
+    assert "events[0].assertion is 'gone'" in refusal
+
+    async def stored() -> bytes | None:
+        store = sqlite_kv.SqliteKeyValueStore.open(tmp_path / "controller" / "controller.db")
+        try:
+            entry = await store.get("documents/mindx-dl-deviceinfo-host-b")
+            return entry.value if entry is not None else None
+        finally:
+            await store.close()
+
+    assert asyncio.run(stored()) == b'{"DeviceInfoCfg": "{}"}'

@@ -14,7 +14,7 @@ from tests.controller.test_controller_job_controller import bounded, run_scenari
 from tests.controller.test_device_levels import _harness
 from trainguard.controller import policy
 from trainguard.faults import process
-from trainguard.faults.device import customization
+from trainguard.faults.device import customization, device_health
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
 from trainguard.job import events
@@ -103,3 +103,63 @@ def test_a_report_keeps_its_senders_level_whatever_the_device_code_table_says(
     assert health.level is Level.NOT_HANDLE_FAULT
     engine.reconfigure(table=engine.table, customization=customization.default_customization())
     assert engine.health("device-0", 1_700_000_001.0).level is Level.NOT_HANDLE_FAULT
+
+
+def test_a_restart_business_report_restarts_the_rank_in_place_and_its_recovery_does_nothing(
+        store: sqlite.SqliteStore) -> None:
+    async def scenario() -> None:
+        h = _harness(store, spares=1, per_host=2)
+        run = asyncio.create_task(h.controller.run())
+        first = await h.next_generation()
+        first.completed_step = 10
+        code = "8C204E00"  # RestartBusiness in faultCode.json, as a host's detector sends it
+        await h.controller.device_fault(
+            DeviceFaultEvent("host-0/device-1", code, Assertion.OCCUR, 1_700_000_000.0),
+            reported_by="the devices of host-0")
+        second = await h.next_generation()
+        assert second.workers[1].device == 1, "the rank stays on its device"
+        await h.controller.device_fault(
+            DeviceFaultEvent("host-0/device-1", code, Assertion.RECOVER, 1_700_000_005.0),
+            reported_by="the devices of host-0")
+        await asyncio.sleep(0)
+        assert h.agent.generations.empty(), "a recovery ends no generation"
+        second.succeed()
+        result = await bounded(run)
+
+        (record,) = result.faults
+        assert (record.fault.rank, record.fault.level) == (1, Level.RESTART_BUSINESS)
+        assert record.decision.strategy is policy.Strategy.RECOVER_IN_PLACE
+
+    run_scenario(scenario)
+
+
+def test_a_link_down_outlasting_its_timeout_acts_when_time_alone_raises_it(
+        store: sqlite.SqliteStore) -> None:
+    """81078603 held past its FaultDuration timeout: with a customization that separates it,
+    the rise seen by the level watch moves the rank; the change is recorded."""
+    rules = customization.Customization.from_document({"FaultDuration": [
+        {"EventId": ["81078603"], "FaultTimeout": 20, "RecoverTimeout": 60,
+         "FaultHandling": "SeparateNPU"}]})[0]
+
+    async def scenario() -> None:
+        h = _harness(store, spares=1, per_host=2,
+                     engine=device_health.FaultEngine(customization=rules))
+        run = asyncio.create_task(h.controller.run())
+        first = await h.next_generation()
+        first.completed_step = 10
+        start = h.clock.wall()
+        await h.controller.device_fault(
+            DeviceFaultEvent("host-0/device-0", "81078603", Assertion.OCCUR, start),
+            reported_by="the devices of host-0")
+        await asyncio.sleep(0)
+        assert h.agent.generations.empty(), "within its timeout a link down only records"
+        for health in h.controller.device_faults.sweep(start + 21.0):
+            h.controller.device_level_changed(health)
+        second = await h.next_generation()
+        assert second.workers[0].device == 4  # moved to the spare
+        second.succeed()
+        await bounded(run)
+        (changed,) = [e.data for e in h.store.events(kinds=["device-level-changed"])]
+        assert (changed["device"], changed["level"]) == ("host-0/device-0", "SeparateNPU")
+
+    run_scenario(scenario)

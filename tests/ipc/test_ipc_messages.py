@@ -13,6 +13,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainguard.faults.device.device_events import Assertion
 from trainguard.ipc import messages
 from trainguard.proto import versioned, worker_codec
 from trainguard.proto import worker_pb2 as pb
@@ -57,6 +58,8 @@ EVERY_MESSAGE: list[messages.Message] = [
                          next_slot=1, slot_paths=["a", "b"], note="", peer=2, send_to=[1, 3],
                          holder_paths=["", "/dev/shm/r1", "/dev/shm/r2"]),
     messages.InjectRequest(request_id=1, rank=0, kind=messages.InjectionKind.CRASH, at_step=None),
+    messages.DeviceFaultRequest(request_id=2, device=3, code="80E01801",
+                                assertion=Assertion.RECOVER),
     messages.ControlReply(request_id=1, ok=False, detail="rank 7 is not running (ünïcode ✓)"),
 ]
 
@@ -74,7 +77,7 @@ def _envelope(**body: Any) -> bytes:
 
 def test_every_message_type_is_covered() -> None:
     assert {type(message) for message in EVERY_MESSAGE} == set(MESSAGE_CLASSES)
-    assert len(MESSAGE_CLASSES) == 22
+    assert len(MESSAGE_CLASSES) == 23
 
 
 @pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda cls: cls.__name__)

@@ -7,10 +7,11 @@ import socket
 from pathlib import Path
 
 from trainguard.agent import node_agent
+from trainguard.faults.device.device_events import Assertion
 from trainguard.ipc import messages
 from trainguard.proto import versioned, worker_codec
 
-__all__ = ["ControlError", "inject_fault"]
+__all__ = ["ControlError", "inject_device_fault", "inject_fault"]
 
 
 class ControlError(RuntimeError):
@@ -24,12 +25,29 @@ def inject_fault(run_dir: Path, *, rank: int, kind: messages.InjectionKind,
     Raises:
         ControlError: no job is running in ``run_dir``, or the injection is impossible.
     """
+    return _ask(run_dir, messages.InjectRequest(request_id=1, rank=rank, kind=kind,
+                                                at_step=at_step), timeout=timeout)
+
+
+def inject_device_fault(run_dir: Path, *, device: int, code: str, assertion: Assertion,
+                        timeout: float = 10.0) -> str:
+    """Give a simulated device of the job in ``run_dir`` a fault event (as its driver would);
+    returns what the agent did.
+
+    Raises:
+        ControlError: no job is running in ``run_dir``, its devices are not simulated, or
+            there is no such device or code.
+    """
+    return _ask(run_dir, messages.DeviceFaultRequest(request_id=1, device=device, code=code,
+                                                     assertion=assertion), timeout=timeout)
+
+
+def _ask(run_dir: Path, request: messages.Message, *, timeout: float) -> str:
     try:
         agent = json.loads((run_dir / node_agent.AGENT_FILE).read_text())
     except (OSError, ValueError) as error:
         raise ControlError(f"no running job in {run_dir} (no readable "
                            f"{node_agent.AGENT_FILE}: {error})") from error
-    request = messages.InjectRequest(request_id=1, rank=rank, kind=kind, at_step=at_step)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout)

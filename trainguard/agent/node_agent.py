@@ -54,6 +54,7 @@ from trainguard.agent import (
 from trainguard.agent.settings import AgentSettings
 from trainguard.detect import heartbeat
 from trainguard.faults import process
+from trainguard.faults.device.device_events import Assertion
 from trainguard.ipc import checkpoint_layout, messages
 from trainguard.job import replicas
 
@@ -106,6 +107,9 @@ class NodeAgent:
         self._monitor: asyncio.Task[None] | None = None
         self._injector = fault_injection.FaultInjector(
             settings.fault_plan, clock=clock, on_injection=on_injection)
+        self.device_injector: Callable[[int, str, Assertion], str] | None = None
+        """Gives a simulated device a fault event (``trainguard fault inject --device``);
+        raises fault_injection.InjectionError. None: the host's devices are not watched."""
         self._watchdog = watchdog.Watchdog(
             detector=detector, clock=clock, interval=settings.monitor_interval,
             end=lambda worker: self._signal(worker, signal.SIGKILL), log=self._log)
@@ -636,12 +640,18 @@ class NodeAgent:
         worker.send(messages.SlotGranted(request_id, slot, path, capacity))
 
     async def control(self, request: messages.Message) -> messages.Message:
-        if not isinstance(request, messages.InjectRequest):
-            return messages.ControlReply(getattr(request, "request_id", 0), False,
-                                         f"unsupported request {request.TYPE!r}")
         try:
-            detail = self.inject(request.rank, request.kind, request.at_step)
-        except fault_injection.InjectionError as error:
+            if isinstance(request, messages.InjectRequest):
+                detail = self.inject(request.rank, request.kind, request.at_step)
+            elif isinstance(request, messages.DeviceFaultRequest):
+                if self.device_injector is None:
+                    raise fault_injection.InjectionError("this host's devices are not watched")
+                detail = self.device_injector(request.device, request.code, request.assertion)
+            else:
+                return messages.ControlReply(getattr(request, "request_id", 0), False,
+                                             f"unsupported request {request.TYPE!r}")
+        except fault_injection.InjectionError as error:  # both requests have an id
+            assert isinstance(request, (messages.InjectRequest, messages.DeviceFaultRequest))
             return messages.ControlReply(request.request_id, False, str(error))
         return messages.ControlReply(request.request_id, True, detail)
 

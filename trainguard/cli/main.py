@@ -20,6 +20,7 @@ from trainguard.cli import (
     runs,
     status_command,
 )
+from trainguard.faults.device.device_events import Assertion
 from trainguard.ipc import messages
 
 __all__ = ["app", "main"]
@@ -70,21 +71,54 @@ def version() -> None:
 
 @fault_app.command("inject")
 def inject(
-    kind: Annotated[messages.InjectionKind, typer.Argument(help=(
-        "crash (SIGKILL), hang (SIGSTOP), exception (in the step), memory-error (simulated "
-        "device memory error 80E01801, retried in place), link-error (the rank's connections "
-        "drop mid-step) or device-error (simulated device fault 80E3A201, which takes the "
-        "device out of use)."))],
-    rank: Annotated[int, typer.Option(help="The rank to hit.")],
+    what: Annotated[str, typer.Argument(metavar="KIND|CODE", help=(
+        "Without --device, the kind of fault to cause in a worker: crash (SIGKILL), hang "
+        "(SIGSTOP), exception (in the step), memory-error (simulated device memory error "
+        "80E01801, retried in place), link-error (the rank's connections drop mid-step) or "
+        "device-error (simulated device fault 80E3A201, which takes the device out of use). "
+        "With --device, the fault code the simulated device reports (faultCode.json's, e.g. "
+        "80E01801)."))],
+    *,
+    rank: Annotated[int | None, typer.Option(help="The rank to hit (without --device).")
+                    ] = None,
     at_step: Annotated[int | None, typer.Option(help="At the start of this step (needs "
                                                 "trainguard.train in the script).")] = None,
+    device: Annotated[int | None, typer.Option(help=(
+        "A simulated device of this host (--device-backend sim): it reports CODE as its "
+        "driver would, through the device detector, and the job handles it by its level."))
+    ] = None,
+    recover: Annotated[bool, typer.Option("--recover", help=(
+        "With --device: the device reports CODE gone."))] = False,
+    once: Annotated[bool, typer.Option("--once", help=(
+        "With --device: a one-off notice of CODE, not a lasting fault."))] = False,
     run_dir: RunDir = None,
     run_root: RunRoot = run_command.DEFAULT_RUN_ROOT,
 ) -> None:
-    """Cause a real fault in a worker of a running job."""
+    """Cause a real fault in a worker of a running job, or on one of its simulated devices."""
     directory = runs.resolve(run_dir, run_root, marker=node_agent.AGENT_FILE)
     try:
-        detail = control.inject_fault(directory, rank=rank, kind=kind, at_step=at_step)
+        if device is not None:
+            if rank is not None or at_step is not None:
+                raise typer.BadParameter("--device cannot go with --rank or --at-step")
+            if recover and once:
+                raise typer.BadParameter("--recover and --once exclude each other")
+            assertion = (Assertion.RECOVER if recover else Assertion.ONCE if once
+                         else Assertion.OCCUR)
+            detail = control.inject_device_fault(directory, device=device, code=what,
+                                                 assertion=assertion)
+        else:
+            if recover or once:
+                raise typer.BadParameter("--recover and --once go with --device")
+            if rank is None:
+                raise typer.BadParameter("--rank is needed (or --device)")
+            try:
+                kind = messages.InjectionKind(what)
+            except ValueError:
+                raise typer.BadParameter(
+                    f"{what!r} is no kind of fault: one of "
+                    f"{', '.join(k.value for k in messages.InjectionKind)} (or a code, with "
+                    f"--device)") from None
+            detail = control.inject_fault(directory, rank=rank, kind=kind, at_step=at_step)
     except control.ControlError as error:
         typer.echo(f"trainguard: {error}", err=True)
         raise typer.Exit(1) from error

@@ -1,12 +1,12 @@
-"""Keeps the devices' levels current while a job runs, as the original's device plugin does on
+"""Keeps the devices' levels current while jobs run, as the original's device plugin does on
 its polling period: time alone changes them (a fault lasting past its timeout, a release window
-passing), and so does a new configuration. Each change is recorded, with the upgrade reasons
-added and removed (the original records a Kubernetes event for each removal)."""
+passing), and so does a new configuration. Each change goes to ``changed`` (the job on the
+device records it, with the upgrade reasons added and removed, and acts on it)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from trainguard import clock as clocks
 from trainguard.controller import fault_config
@@ -16,26 +16,26 @@ from trainguard.job import events
 __all__ = ["watch"]
 
 
-async def watch(engine: device_health.FaultEngine, *,
+async def watch(engines: Sequence[device_health.FaultEngine], *,
                 config: fault_config.FaultConfigDirectory | None, interval: float,
-                record: Callable[[events.Event], object], clock: clocks.Clock, job: str) -> None:
-    """Every ``interval`` seconds: apply changed configuration files (a file that cannot be used
-    leaves the last good configuration in force), then evaluate every device with state."""
+                record: Callable[[events.Event], object], clock: clocks.Clock, job: str,
+                changed: Callable[[device_health.DeviceHealth], object] | None) -> None:
+    """Every ``interval`` seconds: apply changed configuration files to every engine (a file
+    that cannot be used leaves the last good configuration in force), then, with ``changed``,
+    evaluate every device of the first engine with state. (The others, the device detectors'
+    graders, evaluate their own devices.)"""
     while True:
         await asyncio.sleep(interval)
         if config is not None:
-            changed, problems = config.poll()
-            if changed:
-                engine.reconfigure(table=config.config.codes,
-                                   customization=config.config.customization)
-            if changed or problems:
+            reloaded, problems = config.poll()
+            if reloaded:
+                for engine in engines:
+                    engine.reconfigure(table=config.config.codes,
+                                       customization=config.config.customization)
+            if reloaded or problems:
                 record(events.FaultConfigLoaded(
-                    job=job, directory=str(config.directory), reloaded=changed,
+                    job=job, directory=str(config.directory), reloaded=reloaded,
                     problems=[problem.describe() for problem in problems]))
-        for health in engine.sweep(clock.wall()):
-            record(events.DeviceLevelChanged(
-                job=job, device=health.device, before=str(health.previous),
-                level=str(health.level),
-                reset_policy=str(health.reset_policy),
-                added=[reason.to_data() for reason in health.added],
-                removed=[reason.to_data() for reason in health.removed]))
+        if changed is not None:
+            for health in engines[0].sweep(clock.wall()):
+                changed(health)

@@ -1,12 +1,17 @@
-"""Every host's devices as its last report said (``Control.ReportDevices``, every 5 s), graded
-as they change.
+"""Every host's devices as its reports say (``Control.ReportDevices``: on each change and every
+5 s), graded as they change, and the host's documents kept.
 
-A report lists each device with the fault codes it holds now. Only a change does work: a code
-that appears is an ``occur`` event, one that went a ``recover``, each graded at once (through
-the job on that device, if one runs there, so that an isolating level moves its rank). A host's
-devices and codes are kept in the store as ``nodes/<node>``, written as they change (trailing
-writes: a report never waits for the store). A report that changes nothing costs a comparison
-per device, so that a controller takes tens of thousands of hosts' reports on one core.
+A report carries the events since the last (each with the device's own time, so that how long
+a fault lasted is the device's measure, not the network's) and each device's codes now. Only a
+change does work: the events are graded in order, then any difference between the codes held
+and the codes the events left is graded at the report's time (a report was lost, or this
+controller is new): a code that appears is an ``occur``, one that went a ``recover``. Each
+grade goes through the job on that device, if one runs there, so that an isolating level
+moves its rank. A host's devices and codes are kept in the store as ``nodes/<node>``, and the
+documents its agent wrote (device info, node info, switch info) as ``documents/<name>``, all
+written as they change (trailing writes: a report never waits for the store). A report that
+changes nothing costs a comparison per device, so that a controller takes tens of thousands of
+hosts' reports on one core.
 """
 
 from __future__ import annotations
@@ -21,9 +26,14 @@ from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.proto import control_pb2 as pb
 from trainguard.store import trailing
 
-__all__ = ["PREFIX", "DeviceReports", "Grader"]
+__all__ = ["DEVICE_INFO", "DOCUMENTS", "NODE_INFO", "PREFIX", "SWITCH_INFO", "DeviceReports",
+           "Grader"]
 
 PREFIX = "nodes/"
+DOCUMENTS = "documents/"
+DEVICE_INFO = "mindx-dl-deviceinfo-"  # the original's ConfigMap names, with the node's after
+NODE_INFO = "mindx-dl-nodeinfo-"
+SWITCH_INFO = "mindx-dl-switchinfo-"
 
 Grader = Callable[[DeviceFaultEvent], Awaitable[device_health.DeviceHealth]]
 """Grades one event of a host's device (and acts on it); its device's health."""
@@ -36,16 +46,30 @@ class DeviceReports:
         self._writer = writer
         self._clock = clock
         self._held: dict[str, dict[int, frozenset[str]]] = {}
+        self._documents: dict[str, str] = {}
 
     def held(self, node: str) -> dict[int, frozenset[str]]:
         """The codes each device of ``node`` held at its last report."""
         return dict(self._held.get(node, {}))
 
     async def take(self, report: pb.DeviceReport) -> pb.DeviceReportAck:
-        """Raises: names.InvalidNameError: the node's name is no node name."""
+        """Raises:
+            names.InvalidNameError: the node's name is no node name.
+            ValueError: an event's assertion is none of occur, recover, once.
+        """
         node = names.node_name(report.node, what="node")
+        events = [(event.device, DeviceFaultEvent(
+            f"{node}/device-{event.device}", event.code, _assertion(event, number), event.time))
+            for number, event in enumerate(report.events)]
         held = self._held.setdefault(node, {})
-        ack = pb.DeviceReportAck()
+        graded: dict[int, device_health.DeviceHealth] = {}
+        for index, event in events:
+            graded[index] = await self._grade(event)
+            codes = held.get(index, frozenset())
+            if event.assertion is Assertion.OCCUR:
+                held[index] = codes | {event.code}
+            elif event.assertion is Assertion.RECOVER:
+                held[index] = codes - {event.code}
         now = None
         for device in report.devices:
             codes = frozenset(device.codes)
@@ -55,14 +79,32 @@ class DeviceReports:
             held[device.device] = codes
             now = now if now is not None else self._clock.wall()
             name = f"{node}/device-{device.device}"
-            health = None
             for code, assertion in (*((c, Assertion.OCCUR) for c in sorted(codes - before)),
                                     *((c, Assertion.RECOVER) for c in sorted(before - codes))):
-                health = await self._grade(DeviceFaultEvent(name, code, assertion, now))
-            assert health is not None
-            ack.changed.add(device=device.device, level=str(health.level))
-        if ack.changed:
+                graded[device.device] = await self._grade(
+                    DeviceFaultEvent(name, code, assertion, now))
+        ack = pb.DeviceReportAck()
+        for index, health in sorted(graded.items()):
+            ack.changed.add(device=index, level=str(health.level))
+        if graded:
             self._writer.set(PREFIX + node, json.dumps(
                 {str(device): sorted(codes) for device, codes in sorted(held.items())
                  if codes}).encode())
+        for name, document in ((DEVICE_INFO, report.device_info),
+                               (NODE_INFO, report.node_info), (SWITCH_INFO, report.switch_info)):
+            if document and self._documents.get(name + node) != document:
+                self._documents[name + node] = document
+                self._writer.set(DOCUMENTS + name + node, document.encode())
         return ack
+
+    def documents(self) -> dict[str, str]:
+        """The hosts' documents by name (``mindx-dl-deviceinfo-<node>``, ...), as last reported."""
+        return dict(self._documents)
+
+
+def _assertion(event: pb.DeviceEvent, number: int) -> Assertion:
+    try:
+        return Assertion(event.assertion)
+    except ValueError:
+        raise ValueError(f"events[{number}].assertion is {event.assertion!r}, expected one of "
+                         f"{', '.join(member.value for member in Assertion)}") from None

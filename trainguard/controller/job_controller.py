@@ -38,6 +38,11 @@ logger = logging.getLogger(__name__)
 ISOLATING = frozenset({Level.SEPARATE_NPU, Level.MANUALLY_SEPARATE_NPU})
 """Device levels that take a device out of use for the rest of the job: no restart, at any
 level, places a rank on it again (its ranks go to spare devices)."""
+ACTING = ISOLATING | {Level.RESTART_BUSINESS, Level.RESTART_NPU}
+"""Device levels reported from outside that end the generation as the fault of the rank on the
+device: the rank restarts (in place for RestartBusiness), or moves off an isolated device.
+Lower levels (and FreeRestartNPU, PreSeparateNPU: acted on when the device is free) are
+recorded only."""
 
 
 def _device_name(worker: api.WorkerView) -> str:
@@ -132,25 +137,45 @@ class JobController:
     async def device_fault(self, event: DeviceFaultEvent, *, reported_by: str
                            ) -> device_health.DeviceHealth:
         """A device's fault reported from outside the job's processes (a public fault, a
-        host's device report), graded (at the level its sender's configuration gives, if
-        ``event.level``) and recorded; its device's health. A level that isolates a device a
-        rank is on ends the generation as that rank's fault, so the rank moves off it as with
-        a worker's own isolating code; other levels are recorded."""
+        host's device detector), graded (at the level its sender's configuration gives, if
+        ``event.level``) and recorded; its device's health. A fault that leaves the device at
+        an :data:`ACTING` level ends the generation as the fault of the rank on it; a recovery
+        never does."""
         health = self.device_faults.report(event)
+        on_it = self._act(health, event.code, act=event.assertion is not Assertion.RECOVER)
         generation = self._generation
-        on_it = [] if generation is None else [
-            w.rank for w in generation.workers.values() if _device_name(w) == event.device]
-        if health.level in ISOLATING:
-            self._isolated.add(event.device)
-            if on_it:
-                self._reported[event.device] = (health, event.code)
-                self._reported_ready.set()
         self._record(events.DeviceFaultReported(
             job=self._job, generation=generation.number if generation is not None else -1,
             device=event.device, code=event.code, assertion=str(event.assertion),
             level=str(health.level), reported_by=reported_by,
-            rank=on_it[0] if on_it else None, moves=health.level in ISOLATING and bool(on_it)))
+            rank=on_it[0] if on_it else None,
+            moves=health.level in ISOLATING and bool(on_it)))
         return health
+
+    def device_level_changed(self, health: device_health.DeviceHealth) -> None:
+        """A device's level changed with time alone (a fault outlasting its FaultDuration
+        timeout, a release window passing), recorded; a rise to an :data:`ACTING` level acts
+        as a reported fault does."""
+        code = next((reason.fault_code for reason in health.added), "")
+        self._act(health, code, act=health.level.severity > health.previous.severity)
+        self._record(events.DeviceLevelChanged(
+            job=self._job, device=health.device, before=str(health.previous),
+            level=str(health.level), reset_policy=str(health.reset_policy),
+            added=[reason.to_data() for reason in health.added],
+            removed=[reason.to_data() for reason in health.removed]))
+
+    def _act(self, health: device_health.DeviceHealth, code: str, *, act: bool) -> list[int]:
+        """The ranks on the device; a rank on it is handed over as faulty when ``act`` and the
+        level calls for it."""
+        generation = self._generation
+        on_it = [] if generation is None else [
+            w.rank for w in generation.workers.values() if _device_name(w) == health.device]
+        if health.level in ISOLATING:
+            self._isolated.add(health.device)
+        if act and on_it and health.level in ACTING:
+            self._reported[health.device] = (health, code)
+            self._reported_ready.set()
+        return on_it
 
     def _reported_fault(self, generation: api.GenerationHandle) -> process.ProcessFault | None:
         """A rank on a device reported isolated from outside, as its fault (graded already)."""

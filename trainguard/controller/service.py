@@ -41,6 +41,7 @@ from trainguard import names, owner_only
 from trainguard.controller import (
     agent_proxy,
     cluster_agents,
+    device_levels,
     device_reports,
     fault_config,
     fault_history,
@@ -73,6 +74,7 @@ logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
 DOCUMENT_POLL = 1.0  # seconds between looks at the public fault documents
+LEVEL_SWEEP = 1.0  # seconds between evaluations of the levels time alone changes
 STORE_NAME = "state.db"
 KV_NAME = "controller.db"
 FLUSH_TIMEOUT = 5.0  # seconds a job's last record may take to reach the store
@@ -339,6 +341,10 @@ class ControllerService:
             raise OSError(f"cannot serve on {listen}: {error}") from error
         self._watch_documents = asyncio.create_task(self._poll_documents(),
                                                     name="public-fault-documents")
+        levels = asyncio.create_task(device_levels.watch(
+            [self._device_faults], config=None, interval=LEVEL_SWEEP, record=lambda event: None,
+            clock=self._clock, job="", changed=self._level_changed), name="device-levels")
+        self._held.callback(levels.cancel)
         return port
 
     async def stop(self) -> None:
@@ -393,13 +399,25 @@ class ControllerService:
         """Through the job that runs on the event's host, if one does (an isolating level
         moves its rank off the device); else into the history alone."""
         node = event.device.partition("/")[0]
+        job = self._job_on(node)
+        if job is not None:
+            return await job.device_fault(event, reported_by=f"the device report of {node}")
+        assert self._device_faults is not None
+        return self._device_faults.report(event)
+
+    def _job_on(self, node: str) -> job_controller.JobController | None:
+        """The controller of the running job with ranks on ``node``'s host, if any."""
         for job in list(self._jobs.values()):
             if job.controller is not None and job.agents is not None and any(
                     proxy.host == node for proxy in job.agents.hosts.values()):
-                return await job.controller.device_fault(
-                    event, reported_by=f"the device report of {node}")
-        assert self._device_faults is not None
-        return self._device_faults.report(event)
+                return job.controller
+        return None
+
+    def _level_changed(self, health: device_health.DeviceHealth) -> None:
+        """A level changed with time alone: to the job on the device's host, if one runs."""
+        job = self._job_on(health.device.partition("/")[0])
+        if job is not None:
+            job.device_level_changed(health)
 
     async def _hand_over(self, result: public_fault_intake.IntakeResult) -> None:
         """Each fault a message kept, to every running job on a device it names."""

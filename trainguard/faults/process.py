@@ -129,7 +129,8 @@ class ProcessFault:
         elif self.kind is ProcessFaultKind.HOST_LOST:
             what = f"was lost with its host ({self.detail})" if self.detail else "lost its host"
         elif self.kind is ProcessFaultKind.DEVICE_REPORTED:
-            what = f"must leave its device ({self.detail}, reported from outside)"
+            what = (f"must {'leave' if not self.in_place else 'restart on'} its device "
+                    f"({self.detail}, reported from outside)")
         elif self.returncode is not None:
             what = f"failed with {describe_returncode(self.returncode)}"
         else:

@@ -18,12 +18,15 @@ import dataclasses
 import enum
 from typing import ClassVar
 
+from trainguard.faults.device.device_events import Assertion
+
 __all__ = [
     "WORKER_SECRET_VARIABLE",
     "Abort",
     "Activity",
     "ActivityKind",
     "ControlReply",
+    "DeviceFaultRequest",
     "FaultInjected",
     "Finished",
     "Hello",
@@ -343,6 +346,18 @@ class InjectRequest(Message):
     rank: int
     kind: InjectionKind
     at_step: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFaultRequest(Message):
+    """A fault on one of the host's simulated devices, which reaches the job through the device
+    detector as a driver's event would (``trainguard fault inject --device``)."""
+
+    TYPE: ClassVar[str] = "device_fault_request"
+    request_id: int
+    device: int
+    code: str
+    assertion: Assertion  # the device backend checks the device and the code
 
 
 @dataclasses.dataclass(frozen=True)

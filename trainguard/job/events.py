@@ -208,6 +208,24 @@ class DeviceFaultReported(Event):
 
 
 @dataclasses.dataclass(frozen=True)
+class DeviceFaultNoticed(Event):
+    """A host's device detector saw a fault event: the original device plugin's Kubernetes
+    event (type Warning, reason Occur, Recovery or Notice, the code's level as the action),
+    whose fields as the original names them are in ``notice``."""
+
+    KIND: ClassVar[str] = "device-fault-noticed"
+    node: str
+    device: str  # its public name, e.g. Ascend910-3
+    code: str
+    reason: str  # Occur, Recovery or Notice
+    level: str  # the code's level alone
+    notice: dict[str, object]
+
+    def summary(self) -> str:
+        return f"{self.node} {self.device}: {self.code} {self.reason} ({self.level})"
+
+
+@dataclasses.dataclass(frozen=True)
 class DeviceLevelChanged(Event):
     """A device's level changed, or an upgrade reason came or went, with time alone."""
 

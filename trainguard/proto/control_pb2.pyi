@@ -53,12 +53,32 @@ class Register(_message.Message):
     def __init__(self, job: _Optional[str] = ..., node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., nproc_per_node: _Optional[int] = ..., program: _Optional[str] = ..., version: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., dp_size: _Optional[int] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., persist_interval: _Optional[float] = ..., rejoin: _Optional[_Union[Rejoin, _Mapping]] = ...) -> None: ...
 
 class DeviceReport(_message.Message):
-    __slots__ = ("node", "devices")
+    __slots__ = ("node", "devices", "events", "device_info", "node_info", "switch_info")
     NODE_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_INFO_FIELD_NUMBER: _ClassVar[int]
+    NODE_INFO_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_INFO_FIELD_NUMBER: _ClassVar[int]
     node: str
     devices: _containers.RepeatedCompositeFieldContainer[DeviceCodes]
-    def __init__(self, node: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceCodes, _Mapping]]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[DeviceEvent]
+    device_info: str
+    node_info: str
+    switch_info: str
+    def __init__(self, node: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceCodes, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[DeviceEvent, _Mapping]]] = ..., device_info: _Optional[str] = ..., node_info: _Optional[str] = ..., switch_info: _Optional[str] = ...) -> None: ...
+
+class DeviceEvent(_message.Message):
+    __slots__ = ("device", "code", "assertion", "time")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    device: int
+    code: str
+    assertion: str
+    time: float
+    def __init__(self, device: _Optional[int] = ..., code: _Optional[str] = ..., assertion: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
 
 class DeviceCodes(_message.Message):
     __slots__ = ("device", "codes")

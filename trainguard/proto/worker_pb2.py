@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dtrainguard/proto/worker.proto\x12\x14trainguard.worker.v1\"\x98\n\n\x08\x45nvelope\x12\x0f\n\x07version\x18\x01 \x01(\r\x12,\n\x05hello\x18\x02 \x01(\x0b\x32\x1b.trainguard.worker.v1.HelloH\x00\x12.\n\x04step\x18\x03 \x01(\x0b\x32\x1e.trainguard.worker.v1.StepMarkH\x00\x12\x32\n\x08\x61\x63tivity\x18\x04 \x01(\x0b\x32\x1e.trainguard.worker.v1.ActivityH\x00\x12;\n\x08snapshot\x18\x05 \x01(\x0b\x32\'.trainguard.worker.v1.SnapshotCommittedH\x00\x12=\n\x0e\x66\x61ult_injected\x18\x06 \x01(\x0b\x32#.trainguard.worker.v1.FaultInjectedH\x00\x12\x36\n\x07\x66\x61iling\x18\x07 \x01(\x0b\x32#.trainguard.worker.v1.WorkerFailingH\x00\x12\x45\n\x12recovery_supported\x18\x08 \x01(\x0b\x32\'.trainguard.worker.v1.RecoverySupportedH\x00\x12\x34\n\x04left\x18\t \x01(\x0b\x32$.trainguard.worker.v1.LeftGenerationH\x00\x12\x32\n\x08\x66inished\x18\n \x01(\x0b\x32\x1e.trainguard.worker.v1.FinishedH\x00\x12=\n\x0estop_requested\x18\x0b \x01(\x0b\x32#.trainguard.worker.v1.StopRequestedH\x00\x12\x39\n\x0creserve_slot\x18\x0c \x01(\x0b\x32!.trainguard.worker.v1.ReserveSlotH\x00\x12H\n\x14restore_plan_request\x18\r \x01(\x0b\x32(.trainguard.worker.v1.RestorePlanRequestH\x00\x12\x39\n\x0cslot_granted\x18\x0e \x01(\x0b\x32!.trainguard.worker.v1.SlotGrantedH\x00\x12\x39\n\x0crestore_plan\x18\x0f \x01(\x0b\x32!.trainguard.worker.v1.RestorePlanH\x00\x12=\n\x0erequest_failed\x18\x10 \x01(\x0b\x32#.trainguard.worker.v1.RequestFailedH\x00\x12\x33\n\x06inject\x18\x11 \x01(\x0b\x32!.trainguard.worker.v1.InjectFaultH\x00\x12/\n\x07stop_at\x18\x12 \x01(\x0b\x32\x1c.trainguard.worker.v1.StopAtH\x00\x12,\n\x05\x61\x62ort\x18\x13 \x01(\x0b\x32\x1b.trainguard.worker.v1.AbortH\x00\x12.\n\x06rejoin\x18\x14 \x01(\x0b\x32\x1c.trainguard.worker.v1.RejoinH\x00\x12\x43\n\x11snapshot_interval\x18\x15 \x01(\x0b\x32&.trainguard.worker.v1.SnapshotIntervalH\x00\x12=\n\x0einject_request\x18\x16 \x01(\x0b\x32#.trainguard.worker.v1.InjectRequestH\x00\x12;\n\rcontrol_reply\x18\x17 \x01(\x0b\x32\".trainguard.worker.v1.ControlReplyH\x00\x42\x06\n\x04\x62ody\"Z\n\x05Hello\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nlocal_rank\x18\x02 \x01(\x05\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x0e\n\x06secret\x18\x05 \x01(\t\"5\n\x08StepMark\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x0c\n\x04time\x18\x03 \x01(\x01\"6\n\x08\x41\x63tivity\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x0c\n\x04time\x18\x03 \x01(\x01\"p\n\x11SnapshotCommitted\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x0e\n\x06nbytes\x18\x04 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x05 \x01(\x01\x12\x0c\n\x04time\x18\x06 \x01(\x01\"9\n\rFaultInjected\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x0c\n\x04time\x18\x03 \x01(\x01\":\n\rWorkerFailing\x12\r\n\x05\x65rror\x18\x01 \x01(\t\x12\x0c\n\x04time\x18\x02 \x01(\x01\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\"\'\n\x11RecoverySupported\x12\x12\n\nstrategies\x18\x01 \x03(\t\"k\n\x0eLeftGeneration\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x11\n\x04step\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x0c\n\x04time\x18\x05 \x01(\x01\x42\x07\n\x05_step\"\x18\n\x08\x46inished\x12\x0c\n\x04time\x18\x01 \x01(\x01\"\x1d\n\rStopRequested\x12\x0c\n\x04time\x18\x01 \x01(\x01\"?\n\x0bReserveSlot\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0e\n\x06nbytes\x18\x03 \x01(\x03\"(\n\x12RestorePlanRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\"O\n\x0bSlotGranted\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x03\"\xc5\x01\n\x0bRestorePlan\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x11\n\tnext_slot\x18\x05 \x01(\x05\x12\x12\n\nslot_paths\x18\x06 \x03(\t\x12\x0c\n\x04note\x18\x07 \x01(\t\x12\x11\n\x04peer\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x0f\n\x07send_to\x18\t \x03(\x05\x12\x14\n\x0cholder_paths\x18\n \x03(\tB\x07\n\x05_peer\"2\n\rRequestFailed\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"=\n\x0bInjectFault\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x14\n\x07\x61t_step\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\n\n\x08_at_step\"\x16\n\x06StopAt\x12\x0c\n\x04step\x18\x01 \x01(\x03\"\x1b\n\x05\x41\x62ort\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"]\n\x06Rejoin\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x13\n\x0bmaster_addr\x18\x02 \x01(\t\x12\x13\n\x0bmaster_port\x18\x03 \x01(\x05\x12\x15\n\rrestart_count\x18\x04 \x01(\x03\"4\n\x10SnapshotInterval\x12\r\n\x05\x65very\x18\x01 \x01(\x03\x12\x11\n\tfrom_step\x18\x02 \x01(\x03\"a\n\rInjectRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x14\n\x07\x61t_step\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\n\n\x08_at_step\">\n\x0c\x43ontrolReply\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dtrainguard/proto/worker.proto\x12\x14trainguard.worker.v1\"\xe2\n\n\x08\x45nvelope\x12\x0f\n\x07version\x18\x01 \x01(\r\x12,\n\x05hello\x18\x02 \x01(\x0b\x32\x1b.trainguard.worker.v1.HelloH\x00\x12.\n\x04step\x18\x03 \x01(\x0b\x32\x1e.trainguard.worker.v1.StepMarkH\x00\x12\x32\n\x08\x61\x63tivity\x18\x04 \x01(\x0b\x32\x1e.trainguard.worker.v1.ActivityH\x00\x12;\n\x08snapshot\x18\x05 \x01(\x0b\x32\'.trainguard.worker.v1.SnapshotCommittedH\x00\x12=\n\x0e\x66\x61ult_injected\x18\x06 \x01(\x0b\x32#.trainguard.worker.v1.FaultInjectedH\x00\x12\x36\n\x07\x66\x61iling\x18\x07 \x01(\x0b\x32#.trainguard.worker.v1.WorkerFailingH\x00\x12\x45\n\x12recovery_supported\x18\x08 \x01(\x0b\x32\'.trainguard.worker.v1.RecoverySupportedH\x00\x12\x34\n\x04left\x18\t \x01(\x0b\x32$.trainguard.worker.v1.LeftGenerationH\x00\x12\x32\n\x08\x66inished\x18\n \x01(\x0b\x32\x1e.trainguard.worker.v1.FinishedH\x00\x12=\n\x0estop_requested\x18\x0b \x01(\x0b\x32#.trainguard.worker.v1.StopRequestedH\x00\x12\x39\n\x0creserve_slot\x18\x0c \x01(\x0b\x32!.trainguard.worker.v1.ReserveSlotH\x00\x12H\n\x14restore_plan_request\x18\r \x01(\x0b\x32(.trainguard.worker.v1.RestorePlanRequestH\x00\x12\x39\n\x0cslot_granted\x18\x0e \x01(\x0b\x32!.trainguard.worker.v1.SlotGrantedH\x00\x12\x39\n\x0crestore_plan\x18\x0f \x01(\x0b\x32!.trainguard.worker.v1.RestorePlanH\x00\x12=\n\x0erequest_failed\x18\x10 \x01(\x0b\x32#.trainguard.worker.v1.RequestFailedH\x00\x12\x33\n\x06inject\x18\x11 \x01(\x0b\x32!.trainguard.worker.v1.InjectFaultH\x00\x12/\n\x07stop_at\x18\x12 \x01(\x0b\x32\x1c.trainguard.worker.v1.StopAtH\x00\x12,\n\x05\x61\x62ort\x18\x13 \x01(\x0b\x32\x1b.trainguard.worker.v1.AbortH\x00\x12.\n\x06rejoin\x18\x14 \x01(\x0b\x32\x1c.trainguard.worker.v1.RejoinH\x00\x12\x43\n\x11snapshot_interval\x18\x15 \x01(\x0b\x32&.trainguard.worker.v1.SnapshotIntervalH\x00\x12=\n\x0einject_request\x18\x16 \x01(\x0b\x32#.trainguard.worker.v1.InjectRequestH\x00\x12;\n\rcontrol_reply\x18\x17 \x01(\x0b\x32\".trainguard.worker.v1.ControlReplyH\x00\x12H\n\x14\x64\x65vice_fault_request\x18\x18 \x01(\x0b\x32(.trainguard.worker.v1.DeviceFaultRequestH\x00\x42\x06\n\x04\x62ody\"Z\n\x05Hello\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nlocal_rank\x18\x02 \x01(\x05\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x0e\n\x06secret\x18\x05 \x01(\t\"5\n\x08StepMark\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x0c\n\x04time\x18\x03 \x01(\x01\"6\n\x08\x41\x63tivity\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x0c\n\x04time\x18\x03 \x01(\x01\"p\n\x11SnapshotCommitted\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x0e\n\x06nbytes\x18\x04 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x05 \x01(\x01\x12\x0c\n\x04time\x18\x06 \x01(\x01\"9\n\rFaultInjected\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x0c\n\x04time\x18\x03 \x01(\x01\":\n\rWorkerFailing\x12\r\n\x05\x65rror\x18\x01 \x01(\t\x12\x0c\n\x04time\x18\x02 \x01(\x01\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\"\'\n\x11RecoverySupported\x12\x12\n\nstrategies\x18\x01 \x03(\t\"k\n\x0eLeftGeneration\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x11\n\x04step\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x0c\n\x04time\x18\x05 \x01(\x01\x42\x07\n\x05_step\"\x18\n\x08\x46inished\x12\x0c\n\x04time\x18\x01 \x01(\x01\"\x1d\n\rStopRequested\x12\x0c\n\x04time\x18\x01 \x01(\x01\"?\n\x0bReserveSlot\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0e\n\x06nbytes\x18\x03 \x01(\x03\"(\n\x12RestorePlanRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\"O\n\x0bSlotGranted\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0c\n\x04slot\x18\x02 \x01(\x05\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x03\"\xc5\x01\n\x0bRestorePlan\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x11\n\tnext_slot\x18\x05 \x01(\x05\x12\x12\n\nslot_paths\x18\x06 \x03(\t\x12\x0c\n\x04note\x18\x07 \x01(\t\x12\x11\n\x04peer\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x0f\n\x07send_to\x18\t \x03(\x05\x12\x14\n\x0cholder_paths\x18\n \x03(\tB\x07\n\x05_peer\"2\n\rRequestFailed\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"=\n\x0bInjectFault\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x14\n\x07\x61t_step\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\n\n\x08_at_step\"\x16\n\x06StopAt\x12\x0c\n\x04step\x18\x01 \x01(\x03\"\x1b\n\x05\x41\x62ort\x12\x12\n\ngeneration\x18\x01 \x01(\x03\"]\n\x06Rejoin\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x13\n\x0bmaster_addr\x18\x02 \x01(\t\x12\x13\n\x0bmaster_port\x18\x03 \x01(\x05\x12\x15\n\rrestart_count\x18\x04 \x01(\x03\"4\n\x10SnapshotInterval\x12\r\n\x05\x65very\x18\x01 \x01(\x03\x12\x11\n\tfrom_step\x18\x02 \x01(\x03\"a\n\rInjectRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x14\n\x07\x61t_step\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\n\n\x08_at_step\"Y\n\x12\x44\x65viceFaultRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x11\n\tassertion\x18\x04 \x01(\t\">\n\x0c\x43ontrolReply\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,49 +32,51 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trainguard.proto.worker_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ENVELOPE']._serialized_start=56
-  _globals['_ENVELOPE']._serialized_end=1360
-  _globals['_HELLO']._serialized_start=1362
-  _globals['_HELLO']._serialized_end=1452
-  _globals['_STEPMARK']._serialized_start=1454
-  _globals['_STEPMARK']._serialized_end=1507
-  _globals['_ACTIVITY']._serialized_start=1509
-  _globals['_ACTIVITY']._serialized_end=1563
-  _globals['_SNAPSHOTCOMMITTED']._serialized_start=1565
-  _globals['_SNAPSHOTCOMMITTED']._serialized_end=1677
-  _globals['_FAULTINJECTED']._serialized_start=1679
-  _globals['_FAULTINJECTED']._serialized_end=1736
-  _globals['_WORKERFAILING']._serialized_start=1738
-  _globals['_WORKERFAILING']._serialized_end=1796
-  _globals['_RECOVERYSUPPORTED']._serialized_start=1798
-  _globals['_RECOVERYSUPPORTED']._serialized_end=1837
-  _globals['_LEFTGENERATION']._serialized_start=1839
-  _globals['_LEFTGENERATION']._serialized_end=1946
-  _globals['_FINISHED']._serialized_start=1948
-  _globals['_FINISHED']._serialized_end=1972
-  _globals['_STOPREQUESTED']._serialized_start=1974
-  _globals['_STOPREQUESTED']._serialized_end=2003
-  _globals['_RESERVESLOT']._serialized_start=2005
-  _globals['_RESERVESLOT']._serialized_end=2068
-  _globals['_RESTOREPLANREQUEST']._serialized_start=2070
-  _globals['_RESTOREPLANREQUEST']._serialized_end=2110
-  _globals['_SLOTGRANTED']._serialized_start=2112
-  _globals['_SLOTGRANTED']._serialized_end=2191
-  _globals['_RESTOREPLAN']._serialized_start=2194
-  _globals['_RESTOREPLAN']._serialized_end=2391
-  _globals['_REQUESTFAILED']._serialized_start=2393
-  _globals['_REQUESTFAILED']._serialized_end=2443
-  _globals['_INJECTFAULT']._serialized_start=2445
-  _globals['_INJECTFAULT']._serialized_end=2506
-  _globals['_STOPAT']._serialized_start=2508
-  _globals['_STOPAT']._serialized_end=2530
-  _globals['_ABORT']._serialized_start=2532
-  _globals['_ABORT']._serialized_end=2559
-  _globals['_REJOIN']._serialized_start=2561
-  _globals['_REJOIN']._serialized_end=2654
-  _globals['_SNAPSHOTINTERVAL']._serialized_start=2656
-  _globals['_SNAPSHOTINTERVAL']._serialized_end=2708
-  _globals['_INJECTREQUEST']._serialized_start=2710
-  _globals['_INJECTREQUEST']._serialized_end=2807
-  _globals['_CONTROLREPLY']._serialized_start=2809
-  _globals['_CONTROLREPLY']._serialized_end=2871
+  _globals['_ENVELOPE']._serialized_end=1434
+  _globals['_HELLO']._serialized_start=1436
+  _globals['_HELLO']._serialized_end=1526
+  _globals['_STEPMARK']._serialized_start=1528
+  _globals['_STEPMARK']._serialized_end=1581
+  _globals['_ACTIVITY']._serialized_start=1583
+  _globals['_ACTIVITY']._serialized_end=1637
+  _globals['_SNAPSHOTCOMMITTED']._serialized_start=1639
+  _globals['_SNAPSHOTCOMMITTED']._serialized_end=1751
+  _globals['_FAULTINJECTED']._serialized_start=1753
+  _globals['_FAULTINJECTED']._serialized_end=1810
+  _globals['_WORKERFAILING']._serialized_start=1812
+  _globals['_WORKERFAILING']._serialized_end=1870
+  _globals['_RECOVERYSUPPORTED']._serialized_start=1872
+  _globals['_RECOVERYSUPPORTED']._serialized_end=1911
+  _globals['_LEFTGENERATION']._serialized_start=1913
+  _globals['_LEFTGENERATION']._serialized_end=2020
+  _globals['_FINISHED']._serialized_start=2022
+  _globals['_FINISHED']._serialized_end=2046
+  _globals['_STOPREQUESTED']._serialized_start=2048
+  _globals['_STOPREQUESTED']._serialized_end=2077
+  _globals['_RESERVESLOT']._serialized_start=2079
+  _globals['_RESERVESLOT']._serialized_end=2142
+  _globals['_RESTOREPLANREQUEST']._serialized_start=2144
+  _globals['_RESTOREPLANREQUEST']._serialized_end=2184
+  _globals['_SLOTGRANTED']._serialized_start=2186
+  _globals['_SLOTGRANTED']._serialized_end=2265
+  _globals['_RESTOREPLAN']._serialized_start=2268
+  _globals['_RESTOREPLAN']._serialized_end=2465
+  _globals['_REQUESTFAILED']._serialized_start=2467
+  _globals['_REQUESTFAILED']._serialized_end=2517
+  _globals['_INJECTFAULT']._serialized_start=2519
+  _globals['_INJECTFAULT']._serialized_end=2580
+  _globals['_STOPAT']._serialized_start=2582
+  _globals['_STOPAT']._serialized_end=2604
+  _globals['_ABORT']._serialized_start=2606
+  _globals['_ABORT']._serialized_end=2633
+  _globals['_REJOIN']._serialized_start=2635
+  _globals['_REJOIN']._serialized_end=2728
+  _globals['_SNAPSHOTINTERVAL']._serialized_start=2730
+  _globals['_SNAPSHOTINTERVAL']._serialized_end=2782
+  _globals['_INJECTREQUEST']._serialized_start=2784
+  _globals['_INJECTREQUEST']._serialized_end=2881
+  _globals['_DEVICEFAULTREQUEST']._serialized_start=2883
+  _globals['_DEVICEFAULTREQUEST']._serialized_end=2972
+  _globals['_CONTROLREPLY']._serialized_start=2974
+  _globals['_CONTROLREPLY']._serialized_end=3036
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,74 @@
+"""End to end: faults of the host's (simulated) devices reach a running job through the device
+detector, as a driver's would (issue 13 §1): a timeline's notice is recorded only; a SeparateNPU
+fault injected from the command line moves the rank on that device to the spare; a
+RestartBusiness fault restarts the rank on its device; a device or code that is not there is
+refused, saying why; the host's device document is kept in the run's store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.jobs import SCRIPTS, Job, Start
+from trainguard.store import sqlite
+
+pytestmark = pytest.mark.e2e
+
+NOTICE = "80E21007"  # NotHandleFault
+SEPARATE = "80E3A201"  # SeparateNPU
+RESTART = "8C204E00"  # RestartBusiness
+
+
+def _inject(job: Job, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainguard", "fault", "inject", "--run-dir", str(job.run_dir),
+         *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_device_faults_from_the_detector_move_or_restart_the_rank_on_the_device(
+        run_job: Start, tmp_path: Path) -> None:
+    timeline = tmp_path / "devices.jsonl"
+    timeline.write_text(json.dumps({"time": 0, "device": 2, "code": NOTICE,
+                                    "assertion": "once"}) + "\n")
+    job = run_job("--nproc-per-node", "2", "--spare-devices", "1", "--dp-size", "2",
+                  "--max-restarts", "3", "--device-timeline", str(timeline),
+                  str(SCRIPTS / "inprocess_job.py"), "--steps", "80", "--step-sleep", "0.1")
+    job.wait_for_event("snapshot-interval")  # stepping, with snapshots
+    moved = _inject(job, "--device", "1", SEPARATE)
+    assert (moved.returncode, moved.stdout.split(": ", 1)[1]) == (
+        0, f"{SEPARATE} occur\n"), moved.stderr
+    job.wait_for_event("recovery-completed")
+    restarted = _inject(job, "--device", "0", RESTART)
+    assert restarted.returncode == 0, restarted.stderr
+    absent = _inject(job, "--device", "7", RESTART)
+    unknown = _inject(job, "--device", "0", "NOPE")
+    assert job.wait() == 0, job.output()
+
+    assert (absent.returncode, unknown.returncode) == (1, 1)
+    assert "7 is not a device of this host" in absent.stderr
+    assert "'NOPE' is not in the fault code table" in unknown.stderr
+    noticed = {(e["device"], e["code"], e["reason"], e["level"])
+               for e in job.events("device-fault-noticed")}
+    assert noticed == {("Ascend910-2", NOTICE, "Notice", "NotHandleFault"),
+                       ("Ascend910-1", SEPARATE, "Occur", "SeparateNPU"),
+                       ("Ascend910-0", RESTART, "Occur", "RestartBusiness")}
+    reported = [(e["device"], e["level"], e["rank"], e["moves"])
+                for e in job.events("device-fault-reported")]
+    assert reported == [("device-2", "NotHandleFault", None, False),
+                        ("device-1", "SeparateNPU", 1, True),
+                        ("device-0", "RestartBusiness", 0, False)]
+    assert [d["strategy"] for d in job.events("decision")] == ["recover", "recover-in-place"]
+    assert all(r["steps_lost"] == 0 for r in job.events("recovery-completed"))
+    node = job.events("device-fault-noticed")[0]["node"]
+    store = sqlite.SqliteStore.open(job.run_dir / "state.db", read_only=True)
+    try:
+        document = store.get_document(f"mindx-dl-deviceinfo-{node}")
+    finally:
+        store.close()
+    assert document is not None
+    listed = json.loads(document.data["DeviceInfoCfg"])["DeviceInfo"]["DeviceList"]
+    assert listed["huawei.com/Ascend910-Unhealthy"] == "Ascend910-1"
