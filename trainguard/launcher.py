@@ -36,6 +36,7 @@ from trainguard.agent import (
     checkpoint_memory,
     controller_link,
     device_watch,
+    host_detectors,
     joining,
     node_agent,
     persister_client,
@@ -58,10 +59,8 @@ from trainguard.controller import (
     service,
 )
 from trainguard.detect import heartbeat
-from trainguard.detect.devices import naming, registry
 from trainguard.faults import process
-from trainguard.faults.device import customization as customizations
-from trainguard.faults.device import device_health, fault_codes, replay
+from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.ipc import checkpoint_layout
 from trainguard.job import events
@@ -124,17 +123,8 @@ class RunSettings:
     metrics_address: str = "0.0.0.0"
     """Address the metrics endpoint listens on: every interface, as exporters do for a scraper
     on another host; 127.0.0.1 keeps it on this host."""
-    device_backend: str = "sim"
-    """What watches this host's devices: sim (simulated devices, one per rank and spare device;
-    faults from --device-timeline or trainguard fault inject --device), nvml (NVIDIA GPUs
-    through NVML) or npu (Ascend NPUs through npu-smi). A backend that fails to load is
-    retried while the job runs."""
-    device_timeline: Path | None = None
-    """sim: a file of device faults to play, one JSON object per line: {"time": seconds after
-    the start, "device": id, "code": "80E01801", "assertion": "occur|recover|once"}."""
-    device_names: Path | None = None
-    """A deviceNameCustomization.json: the devices' public type and names in the device
-    document (the original's format); unset: Ascend910-<id> (npu, sim) or gpu-<id> (nvml)."""
+    detectors: host_detectors.DetectorSettings = dataclasses.field(
+        default_factory=host_detectors.DetectorSettings)
     cluster: joining.ClusterSettings | None = None
     """A job across hosts: this host's agent joins the controller named there, which drives
     the job; None: the controller runs here, for this host alone."""
@@ -150,9 +140,6 @@ class RunSettings:
         if not self.fault_config_interval > 0:
             raise ValueError("fault-config-interval must be > 0 seconds, got "
                              f"{self.fault_config_interval}")
-        if self.device_backend not in registry.BACKENDS:
-            raise ValueError(f"device-backend must be one of {', '.join(registry.BACKENDS)}, "
-                             f"got {self.device_backend!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,10 +350,14 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
     else:
         driver = _ControllerAway(agent, joined, clock=clock)
         send = device_watch.to_controllers(joined.cluster.endpoints, joined.cluster.security)
-    devices = _device_watch(settings, agent_settings, node=node, send=send,
-                            table=table, customization=customization,
-                            record=events_recorder.record, publish=events_recorder.publish,
-                            clock=clock)
+    try:
+        devices = host_detectors.build(
+            settings.detectors, node=node, job=agent_settings.run_id,
+            devices=agent_settings.nproc_per_node + agent_settings.spare_devices, table=table,
+            customization=customization, send=send, record=events_recorder.record,
+            publish=events_recorder.publish, clock=clock)
+    except host_detectors.DetectorSettingsError as error:
+        raise LaunchError(f"--{error}") from error
     agent.device_injector = devices.inject
     pacer = snapshot_pacing.SnapshotPacer(agent_settings, agent=agent,
                                           record=events_recorder.record, clock=clock)
@@ -455,32 +446,6 @@ def _device_reports_here(controller: job_controller.JobController,
         return await controller.device_fault(local, reported_by=f"the devices of {node}")
 
     return device_reports.DeviceReports(grade, writer, clock=clock).take
-
-
-def _device_watch(settings: RunSettings, agent: node_agent.AgentSettings, *, node: str,
-                  send: device_watch.ReportSink, table: fault_codes.CodeTable | None,
-                  customization: customizations.Customization | None,
-                  record: Callable[[events.Event], object],
-                  publish: Callable[[str, dict[str, object]], None],
-                  clock: clocks.Clock) -> device_watch.DeviceWatch:
-    """Raises: LaunchError when the sim timeline cannot be read."""
-    try:
-        backend = registry.create_backend(registry.BackendSettings(
-            name=settings.device_backend,
-            devices=agent.nproc_per_node + agent.spare_devices,
-            timeline=settings.device_timeline), clock=clock)
-    except replay.TimelineError as error:
-        raise LaunchError(f"--device-timeline {error}") from error
-    default = naming.default_naming(settings.device_backend)
-    names_in_use, problems = (naming.DeviceNaming.load(settings.device_names, default=default)
-                              if settings.device_names is not None else (default, []))
-    for problem in problems:
-        logger.warning("%s", problem.describe())
-    return device_watch.DeviceWatch(
-        backend, node=node, engine=device_health.FaultEngine(table=table,
-                                                             customization=customization),
-        names=names_in_use, send=send, publish=publish, record=record, clock=clock,
-        job=agent.run_id)
 
 
 class _Driver(Protocol):

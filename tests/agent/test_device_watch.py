@@ -78,7 +78,9 @@ def test_an_injected_fault_is_reported_at_once_and_the_document_follows() -> Non
             (notice,) = [e for e in recorded if isinstance(e, events.DeviceFaultNoticed)]
             assert (notice.device, notice.reason, notice.level) == (
                 "Ascend910-1", "Occur", "SeparateNPU")
-            assert watch.state()["mode"] == "subscription"
+            assert watch.states() == {"devices": {
+                "backend": "sim", "status": "running", "mode": "subscription", "devices": 3,
+                "last_error": "", "retries": 0, "retry_in": None}}
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

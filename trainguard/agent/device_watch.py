@@ -1,5 +1,10 @@
-"""The host's devices, watched while the job runs (SPEC D1): the device detector's events go to
-the controller as they happen, and the host's device document is kept current.
+"""The host's devices, watched while the job runs (SPEC D1, D4-D6): the device detector's
+events go to the controller as they happen, and the host's documents are kept current.
+
+The other detectors of the host join here: the network plane's link-down events are graded
+with the devices' own (they are faults of the devices whose traffic the link carries), the node
+detector's and the switch detector's documents go with the next report, and every detector's
+state is published as the document ``detectors-<node>`` for ``trainguard status``.
 
 The detector (:mod:`trainguard.detect.devices`) grades each event as the original's device
 plugin does, for the document ``mindx-dl-deviceinfo-<node>``; the controller grades the same
@@ -16,23 +21,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from trainguard import clock as clocks
 from trainguard.agent import fault_injection
+from trainguard.detect import detector_status
 from trainguard.detect.devices import backend as backends
 from trainguard.detect.devices import detector as detectors
 from trainguard.detect.devices import device_info, fault_notices, naming, sim
+from trainguard.faults import go_json
 from trainguard.faults.device import device_health
-from trainguard.faults.device.device_events import Assertion
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.node.node_faults import NodeInfo
+from trainguard.faults.node.switch_faults import SwitchInfo
 from trainguard.job import events
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_channel, grpc_security
 
-__all__ = ["HELD_EVENTS", "REFRESH", "DeviceWatch", "ReportSink", "to_controllers"]
+__all__ = ["HELD_EVENTS", "REFRESH", "Detector", "DeviceWatch", "ReportSink", "to_controllers"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +54,15 @@ OPENING = 0.1
 
 ReportSink = Callable[[pb.DeviceReport], Awaitable[object]]
 """Takes a report to the controller; raises when it could not."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Detector:
+    """Another detector of the host: how it runs, and its state for status."""
+
+    name: str
+    run: Callable[[], Coroutine[Any, Any, None]]
+    status: Callable[[], detector_status.DetectorStatus]
 
 
 def to_controllers(endpoints: Sequence[str], security: grpc_security.ClientSecurity, *,
@@ -89,6 +108,9 @@ class DeviceWatch:
         self._events: list[pb.DeviceEvent] = []
         self._changed = asyncio.Event()
         self._sent_document = ""
+        self._others: list[Detector] = []
+        self._node_info = self._switch_info = ""  # the documents not yet sent
+        self._states = ""
 
     @property
     def node(self) -> str:
@@ -99,9 +121,31 @@ class DeviceWatch:
         """The grader of the host's devices (the original device plugin's), for the document."""
         return self._engine
 
-    def state(self) -> dict[str, object]:
-        """The detector's state, for status."""
-        return self.detector.state.to_data()
+    def states(self) -> dict[str, object]:
+        """Each detector's state by its name (devices, network, ...), for status."""
+        return {"devices": self.detector.state.to_data(),
+                **{other.name: dataclasses.asdict(other.status()) for other in self._others}}
+
+    def add(self, detector: Detector) -> None:
+        """Run ``detector`` beside the devices' (before :meth:`run`)."""
+        self._others.append(detector)
+
+    def network_events(self, events: list[DeviceFaultEvent]) -> None:
+        """The network plane's events, faults of the devices the link serves."""
+        for event in events:
+            self.detector.feed(event)
+
+    def node_document(self, name: str, info: NodeInfo) -> None:
+        """The node detector's document, published and sent with the next report."""
+        data = info.to_data()
+        self._publish(name, data)
+        self._node_info = json.dumps(data)
+        self._changed.set()
+
+    def switch_document(self, info: SwitchInfo) -> None:
+        """The switch detector's document (``SwitchInfoCfg``), sent with the next report."""
+        self._switch_info = go_json.dumps(info.to_data())
+        self._changed.set()
 
     def inject(self, device: int, code: str, assertion: Assertion) -> str:
         """A fault event of a simulated device, as its driver would push it.
@@ -122,7 +166,9 @@ class DeviceWatch:
 
     async def run(self) -> None:
         """Watch and report until cancelled."""
-        watching = asyncio.create_task(self.detector.run(), name="trainguard-device-detector")
+        watching = [asyncio.create_task(self.detector.run(), name="trainguard-device-detector"),
+                    *(asyncio.create_task(other.run(), name=f"trainguard-{other.name}-detector")
+                      for other in self._others)]
         try:
             while True:
                 # Until the backend has opened, look often: its devices go out at once.
@@ -132,16 +178,22 @@ class DeviceWatch:
                 self._changed.clear()
                 await self._report()
         finally:
-            watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
+            for task in watching:
+                task.cancel()
+            await asyncio.gather(*watching, return_exceptions=True)
 
     def _updated(self, update: detectors.DeviceUpdate) -> None:
         event = update.event
         inventory = self.detector.inventory
-        if event is not None and inventory is not None:
-            physical = {device.name: device.physical_id for device in inventory.devices}
-            self._events.append(pb.DeviceEvent(device=physical[event.device], code=event.code,
-                                               assertion=str(event.assertion), time=event.time))
+        physical = ({device.name: device.physical_id for device in inventory.devices}
+                    if inventory is not None else {})
+        if event is not None and event.device not in physical:
+            logger.warning("a fault of %s, which is not a device of this host, is left out",
+                           event.device)
+        elif event is not None:
+            self._events.append(pb.DeviceEvent(
+                device=physical[event.device], code=event.code, assertion=str(event.assertion),
+                time=event.time, level=str(event.level or "")))
             del self._events[:-HELD_EVENTS]
             notice = fault_notices.fault_notice(
                 event, table=self._engine.table, node=self._node,
@@ -152,7 +204,15 @@ class DeviceWatch:
                 reason=str(notice.reason), level=str(notice.action), notice=notice.to_data()))
         self._changed.set()
 
+    def _publish_states(self) -> None:
+        states = self.states()
+        text = json.dumps(states, sort_keys=True)
+        if text != self._states:
+            self._states = text
+            self._publish(f"detectors-{self._node}", states)
+
     async def _report(self) -> None:
+        self._publish_states()
         inventory = self.detector.inventory
         if inventory is None:
             return
@@ -169,6 +229,7 @@ class DeviceWatch:
         if text != self._sent_document:
             report.device_info = text
             self._publish(device_info.document_name(self._node), document)
+        report.node_info, report.switch_info = self._node_info, self._switch_info
         try:
             await self._send(report)
         except Exception as error:  # the controller away: the next report carries it all
@@ -177,3 +238,7 @@ class DeviceWatch:
         self._events = self._events[len(report.events):]
         if report.device_info:
             self._sent_document = text
+        if self._node_info == report.node_info:
+            self._node_info = ""
+        if self._switch_info == report.switch_info:
+            self._switch_info = ""

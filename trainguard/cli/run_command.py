@@ -27,6 +27,7 @@ from trainguard import launcher, names
 from trainguard.agent import (
     checkpoint_memory,
     fault_injection,
+    host_detectors,
     joining,
     node_agent,
     worker_output,
@@ -53,7 +54,8 @@ GROUPS = (
     settings_flags.SettingsGroup("recovery", policy.RecoverySettings,
                                  exclude=frozenset({"max_restarts"})),
     settings_flags.SettingsGroup("run", launcher.RunSettings, exclude=frozenset(
-        {"agent", "heartbeat", "checkpoint", "recovery", "signals", "cluster"})),
+        {"agent", "heartbeat", "checkpoint", "recovery", "signals", "cluster", "detectors"})),
+    settings_flags.SettingsGroup("detectors", host_detectors.DetectorSettings),
     settings_flags.SettingsGroup("agent", node_agent.AgentSettings, exclude=frozenset(
         {"nproc_per_node", "program", "run_id", "run_dir", "role", "master_addr",
          "master_port", "max_restarts", "monitor_interval", "shutdown_timeout", "output",
@@ -378,6 +380,7 @@ def build_settings(arguments: argparse.Namespace, *,
             values, **sources, agent=agent,
             heartbeat=groups["heartbeat"].build(values, **sources),
             checkpoint=groups["checkpoint"].build(values, **sources),
+            detectors=groups["detectors"].build(values, **sources),
             recovery=_recovery(groups["recovery"], values, agent, arguments.max_restarts,
                                sources=sources),
             signals=_signals(arguments.signals_to_handle), cluster=cluster)

@@ -23,6 +23,7 @@ from trainguard import clock as clocks
 from trainguard import names
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.levels import Level
 from trainguard.proto import control_pb2 as pb
 from trainguard.store import trailing
 
@@ -59,8 +60,8 @@ class DeviceReports:
         """
         node = names.node_name(report.node, what="node")
         events = [(event.device, DeviceFaultEvent(
-            f"{node}/device-{event.device}", event.code, _assertion(event, number), event.time))
-            for number, event in enumerate(report.events)]
+            f"{node}/device-{event.device}", event.code, _assertion(event, number), event.time,
+            level=_level(event, number))) for number, event in enumerate(report.events)]
         held = self._held.setdefault(node, {})
         graded: dict[int, device_health.DeviceHealth] = {}
         for index, event in events:
@@ -108,3 +109,13 @@ def _assertion(event: pb.DeviceEvent, number: int) -> Assertion:
     except ValueError:
         raise ValueError(f"events[{number}].assertion is {event.assertion!r}, expected one of "
                          f"{', '.join(member.value for member in Assertion)}") from None
+
+
+def _level(event: pb.DeviceEvent, number: int) -> Level | None:
+    if not event.level:
+        return None
+    try:
+        return Level(event.level)
+    except ValueError:
+        raise ValueError(f"events[{number}].level is {event.level!r}, not a fault level"
+                         ) from None

@@ -69,16 +69,18 @@ class DeviceReport(_message.Message):
     def __init__(self, node: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[DeviceCodes, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[DeviceEvent, _Mapping]]] = ..., device_info: _Optional[str] = ..., node_info: _Optional[str] = ..., switch_info: _Optional[str] = ...) -> None: ...
 
 class DeviceEvent(_message.Message):
-    __slots__ = ("device", "code", "assertion", "time")
+    __slots__ = ("device", "code", "assertion", "time", "level")
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ASSERTION_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
     device: int
     code: str
     assertion: str
     time: float
-    def __init__(self, device: _Optional[int] = ..., code: _Optional[str] = ..., assertion: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
+    level: str
+    def __init__(self, device: _Optional[int] = ..., code: _Optional[str] = ..., assertion: _Optional[str] = ..., time: _Optional[float] = ..., level: _Optional[str] = ...) -> None: ...
 
 class DeviceCodes(_message.Message):
     __slots__ = ("device", "codes")

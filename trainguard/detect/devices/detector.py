@@ -134,6 +134,7 @@ class DeviceDetector:
         self._presence = backends.Presence()
         self._pushed: queue.SimpleQueue[tuple[int, DeviceFaultEvent | backends.BackendError]]
         self._pushed = queue.SimpleQueue()
+        self._fed: queue.SimpleQueue[DeviceFaultEvent] = queue.SimpleQueue()
         self._generation = 0  # of the backend's opening; late pushes of an older one are dropped
         self._status = Status.STARTING
         self._mode: Mode | None = None
@@ -198,10 +199,19 @@ class DeviceDetector:
         """Close the backend (what :meth:`run` does on its way out)."""
         self._backend.close()
 
+    def feed(self, event: DeviceFaultEvent) -> None:
+        """An event of one of these devices seen by another detector (the network plane's
+        link down), graded and handed on as the backend's are; from any thread."""
+        self._fed.put(event)
+        self._wake_loop()
+
     # What a driver's thread calls.
 
     def _push(self, generation: int, item: DeviceFaultEvent | backends.BackendError) -> None:
         self._pushed.put((generation, item))
+        self._wake_loop()
+
+    def _wake_loop(self) -> None:
         loop, wake = self._loop, self._wake
         if loop is not None and wake is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
@@ -270,6 +280,8 @@ class DeviceDetector:
                 self._failed(item, now)
             else:
                 self._take(item)
+        while not self._fed.empty():
+            self._take(self._fed.get_nowait())
         if self._next_sweep <= now:
             self._next_sweep = now + self._settings.sweep_period
             for health in self._engine.sweep(self._clock.wall(), due_only=True):

@@ -58,8 +58,10 @@ class FaultNotice:
 
 
 def fault_level(event: DeviceFaultEvent, table: fault_codes.CodeTable) -> Level:
-    """The level of the event's code alone: the table's, or, for a code it does not know, the
-    one its reported severity gives."""
+    """The level of the event's code alone: the one its sender gave, else the table's, or,
+    for a code it does not know, the one its reported severity gives."""
+    if event.level is not None:  # its sender's (a public fault's)
+        return event.level
     key = fault_codes.code_key(event.code)
     if table.is_network(key):
         return table.network_level([key])
