@@ -85,6 +85,7 @@ STORE_NAME = "state.db"
 LIVE_INTERVAL = 1.0  # seconds between updates of the live document and the metrics' rank view
 SNAPSHOT_REVIEW_INTERVAL = 2.0  # seconds between reviews of the snapshot interval
 CHECKPOINT_BEHIND_EXIT_CODE = 3
+NODE_UNHEALTHY_EXIT = 4  # the node document said UnHealthy: stopped with a dying checkpoint
 CONTROLLER_LINK_TIMEOUT = 10.0  # seconds for this host's agent to first report to the controller
 """The exit code of a job that succeeded while its checkpoint on disk is behind its state in
 memory (the checkpoint directory filled up or turned read-only): the run is not done as far as
@@ -354,8 +355,14 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         devices = host_detectors.build(
             settings.detectors, node=node, job=agent_settings.run_id,
             devices=agent_settings.nproc_per_node + agent_settings.spare_devices, table=table,
-            customization=customization, send=send, record=events_recorder.record,
-            publish=events_recorder.publish, clock=clock)
+            customization=customization,
+            node_table=config.config.node if config is not None else None,
+            switch_table=config.config.switch if config is not None else None, send=send,
+            record=events_recorder.record, publish=events_recorder.publish, clock=clock,
+            # One host: nothing takes its ranks, so it stops with a dying checkpoint. (Across
+            # hosts the controller reads the node document.)
+            node_unhealthy=(lambda why: driver.request_stop(why, exit_code=NODE_UNHEALTHY_EXIT))
+            if joined is None else lambda why: None)
     except host_detectors.DetectorSettingsError as error:
         raise LaunchError(f"--{error}") from error
     agent.device_injector = devices.inject

@@ -23,7 +23,8 @@ from trainguard.faults.device import customization as customizations
 from trainguard.faults.device import device_health, fault_codes, replay
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
-from trainguard.faults.node.switch_faults import SwitchFault
+from trainguard.faults.node.node_faults import NodeCodeTable
+from trainguard.faults.node.switch_faults import NodeStatus, SwitchCodeTable, SwitchFault
 from trainguard.job import events
 
 __all__ = ["STORAGE_CODE", "DetectorSettings", "DetectorSettingsError", "build"]
@@ -107,10 +108,14 @@ class DetectorSettings:
 def build(settings: DetectorSettings, *, node: str, job: str, devices: int,
           table: fault_codes.CodeTable | None,
           customization: customizations.Customization | None,
+          node_table: NodeCodeTable | None = None, switch_table: SwitchCodeTable | None = None,
           send: device_watch.ReportSink, record: Callable[[events.Event], object],
-          publish: Callable[[str, dict[str, Any]], None],
-          clock: clocks.Clock) -> device_watch.DeviceWatch:
-    """The host's watch, every detector the settings ask for joined in.
+          publish: Callable[[str, dict[str, Any]], None], clock: clocks.Clock,
+          node_unhealthy: Callable[[str], object] = lambda why: None
+          ) -> device_watch.DeviceWatch:
+    """The host's watch, every detector the settings ask for joined in, grading with the
+    tables given (None: the shipped ones); ``node_unhealthy`` is told why when the node
+    document first says UnHealthy (a SeparateFault alarm).
 
     Raises:
         DetectorSettingsError: a timeline that cannot be read (the message names it).
@@ -137,13 +142,24 @@ def build(settings: DetectorSettings, *, node: str, job: str, devices: int,
                                         on_events=watch.network_events)
         watch.add(device_watch.Detector("network", plane.run, lambda: plane.status))
     if settings.node_health:
+        told = False
+
+        def reported(report: node_detector.NodeReport) -> None:
+            nonlocal told
+            watch.node_document(report.document_name, report.info)
+            if report.info.node_status is NodeStatus.UNHEALTHY and not told:
+                told = True
+                node_unhealthy(f"node {node} is UnHealthy: " + "; ".join(
+                    f"{device.device_type} {device.device_id} {','.join(device.fault_codes)} "
+                    f"({device.fault_level})" for device in report.info.fault_devices))
+
         host = node_detector.NodeDetector(node_detector.NodeSettings(node), clock=clock,
-                                 on_report=lambda report: watch.node_document(
-                                     report.document_name, report.info))
+                                          on_report=reported, table=node_table)
         watch.add(device_watch.Detector("node", host.run, lambda: host.status))
     source = _switch_source(settings, clock)
     if source is not None:
-        switches = switch.SwitchDetector(source, clock=clock, on_change=watch.switch_document)
+        switches = switch.SwitchDetector(source, clock=clock, on_change=watch.switch_document,
+                                         table=switch_table)
         watch.add(device_watch.Detector("switch", switches.run, lambda: switches.status))
     mounts = settings.mounts()
     if mounts:
