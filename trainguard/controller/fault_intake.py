@@ -27,13 +27,14 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from trainguard import clock as clocks
 from trainguard.controller import device_reports, job_controller
 from trainguard.controller.fault_centre import node_documents
 from trainguard.controller.fault_centre.api import Evaluation, JobPlacement, split_device
 from trainguard.controller.fault_centre.centre import FaultCentre
+from trainguard.controller.fault_centre.manual_separation import SeparationChange
 from trainguard.controller.fault_centre.relation_config import Strategy
 from trainguard.controller.fault_centre.relation_faults import RelationDecision
 from trainguard.faults import levels
@@ -160,7 +161,10 @@ class FaultIntake:
         name = self._known(node, device)
         if name in self.centre.manual.separated:
             return f"{name} is separated already"
-        self.centre.separate(name, self._clock.wall())
+        now = self._clock.wall()
+        running = self._placements()
+        self._place(running, now)
+        self._separations(self.centre.separate(name, now), now, running)
         logger.warning("%s separated by an operator: %s", name, reason or "no reason given")
         self.evaluate()
         return f"{name} separated"
@@ -239,12 +243,7 @@ class FaultIntake:
         self._pending = {event: graded for event, graded in self._pending.items()
                          if event.assertion is not Assertion.RECOVER
                          and event.time >= now - PENDING_KEPT}
-        for change in result.separations:
-            if change.separated:
-                self._isolate(change.device, SEPARATION_CODE, Level.MANUALLY_SEPARATE_NPU, now,
-                              running, why=f"separated: {change.reason}")
-            else:
-                self.levels[change.device] = self._engine.release(change.device, now).level
+        self._separations(result.separations, now, running)
         for decision in result.relations:
             self._relate(decision, now, running)
         for write in result.writes:
@@ -256,6 +255,16 @@ class FaultIntake:
             self._state = state
             self._writer.set(STATE_KEY, state)
         return result
+
+    def _separations(self, changes: Iterable[SeparationChange], now: float,
+                     running: Mapping[str, tuple[JobPlacement, job_controller.JobController]]
+                     ) -> None:
+        for change in changes:
+            if change.separated:
+                self._isolate(change.device, SEPARATION_CODE, Level.MANUALLY_SEPARATE_NPU, now,
+                              running, why=change.reason)
+            else:
+                self.levels[change.device] = self._engine.release(change.device, now).level
 
     def _place(self, running: Mapping[str, tuple[JobPlacement, job_controller.JobController]],
                now: float) -> None:
