@@ -164,3 +164,37 @@ def test_a_controllers_jobs_are_shown_host_by_host(monkeypatch: pytest.MonkeyPat
     rows = [line.split() for line in result.output.splitlines() if "host" in line]
     assert ["1", "host2", "holding", "ranks", "2,", "3"] in rows
     assert ["2", "host2-old", "lost", "-"] in rows
+
+
+def test_a_controllers_hosts_devices_show_levels_separations_and_jobs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    answer = pb.ClusterStatus(version=1)
+    node = answer.nodes.add(node="host0", jobs=["job7"])
+    node.devices.add(device=0, level="NormalNPU", health="healthy", job="job7")
+    node.devices.add(device=1, level="ManuallySeparateNPU", health="isolated", separated=True,
+                     codes=["80E01801"], job="job7")
+    asked = []
+
+    async def ask(address: str, *, timeout: float,
+                  security: grpc_security.ClientSecurity) -> pb.ClusterStatus:
+        asked.append(address)
+        if len(asked) > 2:
+            raise KeyboardInterrupt  # Ctrl-C while watching
+        return answer
+
+    monkeypatch.setattr(grpc_channel, "cluster_status", ask)
+    result = CliRunner().invoke(main.app, ["status", "--controller", "ctrl:29400",
+                                           "--insecure", "--watch", "--interval", "0.1"],
+                                terminal_width=120)
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines() if "host0" in line]
+    assert ["host0", "1", "isolated", "(ManuallySeparateNPU)", "yes", "80E01801", "job7"] in rows
+    assert ["host0", "0", "healthy", "(NormalNPU)", "-", "job7"] in rows
+    assert len(asked) == 3, "--watch asks again every --interval"
+    asked.clear()
+
+    result = CliRunner().invoke(main.app, ["status", "--controller", "ctrl:29400",
+                                           "--insecure", "--json"])
+    devices = json.loads(result.output)["nodes"][0]["devices"]
+    assert devices[1]["separated"] is True
+    assert devices[1]["level"] == "ManuallySeparateNPU"

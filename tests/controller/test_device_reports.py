@@ -107,3 +107,49 @@ def test_events_are_graded_at_the_devices_times_and_the_documents_kept(tmp_path:
             await store.close()
 
     assert asyncio.run(stored()) == b'{"DeviceInfoCfg": "{}"}'
+
+
+def test_an_operator_separates_and_releases_a_reported_device(tmp_path: Path) -> None:
+    """Control.SeparateDevice / ReleaseDevice through a real controller: a device of a host
+    that reported is separated, shown so in Control.Status, released once; the refusals name
+    what is wrong."""
+
+    async def scenario() -> tuple[list[tuple[bool, str]], list[tuple[int, str, bool]]]:
+        controller = service.ControllerService(
+            service.ControllerSettings(run_root=tmp_path / "controller",
+                                       security=grpc_security.ServerSecurity(insecure=True)),
+            clock=FakeClock())
+        port = await controller.start("127.0.0.1:0")
+        address = f"127.0.0.1:{port}"
+        answers = []
+
+        async def ask(node: str, device: int, *, separate: bool) -> None:
+            answer = await grpc_channel.device_request(
+                address, pb.DeviceRequest(node=node, device=device, reason="test"),
+                separate=separate, timeout=10, security=CLIENT)
+            answers.append((answer.ok, answer.text))
+
+        try:
+            await grpc_channel.report_devices(address, _report("host-a", {}), timeout=10,
+                                              security=CLIENT)
+            await ask("host-a", 3, separate=True)
+            status = await grpc_channel.cluster_status(address, timeout=10, security=CLIENT)
+            await ask("host-a", 3, separate=False)
+            await ask("host-a", 3, separate=False)
+            await ask("host-b", 0, separate=True)
+            await ask("host-a", 16, separate=True)
+        finally:
+            await controller.stop()
+        shown = [(device.device, device.level, device.separated)
+                 for node in status.nodes for device in node.devices if device.device == 3]
+        return answers, shown
+
+    answers, shown = asyncio.run(scenario())
+    assert answers[0] == (True, "host-a/device-3 separated")
+    assert shown == [(3, "ManuallySeparateNPU", True)]
+    assert answers[1][0] is True
+    assert answers[2] == (False, "device 3 of node host-a is not separated")
+    assert answers[3][0] is False
+    assert "node 'host-b' is unknown" in answers[3][1]
+    assert answers[4][0] is False
+    assert "device 16 is unknown on node host-a" in answers[4][1]

@@ -12,6 +12,7 @@ from trainguard.cli import (
     config_command,
     controller_command,
     demo_command,
+    devices_command,
     events_command,
     faults_command,
     logs,
@@ -35,6 +36,7 @@ app.add_typer(faults_command.faults_app, name="faults",
               help="Fault codes and levels: explain a code, replay a timeline. (To inject a "
                    "fault into a running job: trainguard fault.)")
 app.add_typer(config_command.config_app, name="config")
+app.add_typer(devices_command.devices_app, name="devices")
 
 RunDir = runs.RunDir
 RunRoot = runs.RunRoot

@@ -26,11 +26,12 @@ from rich.text import Text
 from trainguard.cli import controller_access, runs
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
 from trainguard.launcher import STORE_NAME
+from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_channel, grpc_security
 from trainguard.store import api, sqlite
 from trainguard.telemetry import live
 
-__all__ = ["JobStatus", "read_status", "render", "status"]
+__all__ = ["JobStatus", "read_status", "render", "render_cluster", "status"]
 
 _PIPED_WIDTH = 1000
 
@@ -144,8 +145,9 @@ def status(
                                             "--watch.")] = 1.0,
     controller: Annotated[str | None, typer.Option(
         help="HOST:PORT of a trainguard controller: its jobs across hosts, each host's ranks "
-             "and state (holding ranks, spare, lost), and the generation. Asking needs the "
-             "operator role.")] = None,
+             "and state (holding ranks, spare, lost), and the generation; every host's "
+             "devices, their levels, separations and jobs. Asking needs the operator role.")
+    ] = None,
     tls_ca: controller_access.ClientCa = None,
     tls_cert: controller_access.ClientCert = None,
     tls_key: controller_access.ClientKey = None,
@@ -161,7 +163,8 @@ def status(
         security = controller_access.client_security(
             tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token_file=token_file,
             insecure=insecure)
-        _cluster_status(controller, as_json=as_json, security=security)
+        _cluster_status(controller, as_json=as_json, watch=watch, interval=interval,
+                        security=security)
         return
     choice = runs.choose(run_dir, run_root)
     try:
@@ -180,32 +183,63 @@ def status(
         raise typer.Exit(1) from error
 
 
-def _cluster_status(address: str, *, as_json: bool,
+def _cluster_status(address: str, *, as_json: bool, watch: bool, interval: float,
                     security: grpc_security.ClientSecurity) -> None:
-    try:
-        status = asyncio.run(grpc_channel.cluster_status(address, timeout=10.0,
-                                                         security=security))
-    except ConnectionError as error:
-        typer.echo(f"trainguard: {error}", err=True)
-        raise typer.Exit(1) from error
+    def ask() -> pb.ClusterStatus:
+        try:
+            return asyncio.run(grpc_channel.cluster_status(address, timeout=10.0,
+                                                           security=security))
+        except ConnectionError as error:
+            typer.echo(f"trainguard: {error}", err=True)
+            raise typer.Exit(1) from error
+
     if as_json:
         typer.echo(json.dumps(json_format.MessageToDict(
-            status, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)))
+            ask(), preserving_proto_field_name=True, always_print_fields_with_no_presence=True)))
         return
     console = Console(highlight=False)
+    if not watch:
+        console.print(render_cluster(ask(), address))
+        return
+    with Live(render_cluster(ask(), address), console=console, auto_refresh=False) as display:
+        try:
+            while True:
+                time.sleep(interval)
+                display.update(render_cluster(ask(), address), refresh=True)
+        except KeyboardInterrupt:
+            return
+
+
+def render_cluster(status: pb.ClusterStatus, address: str) -> Group:
+    """The controller's jobs, each with a table of its hosts, then every reported host's
+    devices: level (in words, the original's name beside), separation, codes, job."""
+    parts: list[Any] = []
     if not status.jobs:
-        console.print(f"controller {address}: no jobs")
+        parts.append(Text(f"controller {address}: no jobs"))
     for job in status.jobs:
         generation = job.generation if job.HasField("generation") else "-"
-        console.print(Text(f"job {job.job}: {job.state}, generation {generation}, "
-                           f"{job.nnodes} hosts of {job.nproc_per_node} ranks"), soft_wrap=True)
+        parts.append(Text(f"job {job.job}: {job.state}, generation {generation}, "
+                          f"{job.nnodes} hosts of {job.nproc_per_node} ranks"))
         table = Table(box=box.SIMPLE_HEAD)
         for column in ("node", "host", "state", "ranks"):
             table.add_column(column)
         for host in job.hosts:
             ranks = ", ".join(str(rank) for rank in host.ranks) or "-"
             table.add_row(str(host.place), Text(host.host), host.state, ranks)
-        console.print(table)
+        parts.append(table)
+    if status.nodes:
+        parts.append(Text("devices (trainguard devices separate|release NODE DEVICE):"))
+        table = Table(box=box.SIMPLE_HEAD)
+        for column in ("host", "device", "level", "separated", "codes", "job"):
+            table.add_column(column, no_wrap=column == "level")
+        for node in status.nodes:
+            for device in node.devices:
+                table.add_row(Text(node.node), str(device.device),
+                              f"{device.health} ({device.level})",
+                              "yes" if device.separated else "", ", ".join(device.codes) or "-",
+                              Text(device.job or "-"))
+        parts.append(table)
+    return Group(*parts)
 
 
 def _watch(choice: runs.RunChoice, console: Console, interval: float) -> None:

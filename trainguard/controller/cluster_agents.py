@@ -201,6 +201,14 @@ class ClusterAgents:
         return self._current.number if self._current is not None else None
 
     @property
+    def placement(self) -> dict[str, int]:
+        """Each device the current generation uses (``<host>/device-<id>``) -> its rank."""
+        if self._current is None:
+            return {}
+        return {f"{worker.host}/device-{worker.device}": rank
+                for rank, worker in self._current.workers.items()}
+
+    @property
     def layout(self) -> replicas.ReplicaLayout:
         return next(iter(self._hosts.values())).layout
 

@@ -17,7 +17,7 @@ hosts' reports on one core.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from trainguard import clock as clocks
 from trainguard import names
@@ -46,12 +46,23 @@ class DeviceReports:
         self._grade = grade
         self._writer = writer
         self._clock = clock
+        self.on_documents: Callable[[str, Mapping[str, str]], None] | None = None
+        """Told a host's documents that changed: ``(node, {name prefix: text})``."""
         self._held: dict[str, dict[int, frozenset[str]]] = {}
+        self._devices: dict[str, frozenset[int]] = {}
         self._documents: dict[str, str] = {}
 
     def held(self, node: str) -> dict[int, frozenset[str]]:
         """The codes each device of ``node`` held at its last report."""
         return dict(self._held.get(node, {}))
+
+    def devices(self, node: str) -> frozenset[int] | None:
+        """The devices ``node``'s last report listed (None: no report from it)."""
+        return self._devices.get(node)
+
+    def nodes(self) -> list[str]:
+        """Every host that reported its devices, by name."""
+        return sorted(self._devices)
 
     async def take(self, report: pb.DeviceReport) -> pb.DeviceReportAck:
         """Raises:
@@ -63,6 +74,8 @@ class DeviceReports:
             f"{node}/device-{event.device}", event.code, _assertion(event, number), event.time,
             level=_level(event, number))) for number, event in enumerate(report.events)]
         held = self._held.setdefault(node, {})
+        if report.devices or node not in self._devices:
+            self._devices[node] = frozenset(device.device for device in report.devices)
         graded: dict[int, device_health.DeviceHealth] = {}
         for index, event in events:
             graded[index] = await self._grade(event)
@@ -91,11 +104,14 @@ class DeviceReports:
             self._writer.set(PREFIX + node, json.dumps(
                 {str(device): sorted(codes) for device, codes in sorted(held.items())
                  if codes}).encode())
+        changed = {}
         for name, document in ((DEVICE_INFO, report.device_info),
                                (NODE_INFO, report.node_info), (SWITCH_INFO, report.switch_info)):
             if document and self._documents.get(name + node) != document:
-                self._documents[name + node] = document
+                self._documents[name + node] = changed[name] = document
                 self._writer.set(DOCUMENTS + name + node, document.encode())
+        if changed and self.on_documents is not None:
+            self.on_documents(node, changed)
         return ack
 
     def documents(self) -> dict[str, str]:

@@ -141,7 +141,13 @@ class JobController:
         ``event.level``) and recorded; its device's health. A fault that leaves the device at
         an :data:`ACTING` level ends the generation as the fault of the rank on it; a recovery
         never does."""
-        health = self.device_faults.report(event)
+        return self.device_graded(event, self.device_faults.report(event),
+                                  reported_by=reported_by)
+
+    def device_graded(self, event: DeviceFaultEvent, health: device_health.DeviceHealth, *,
+                      reported_by: str) -> device_health.DeviceHealth:
+        """As :meth:`device_fault`, for an event graded already (by the controller, before
+        its fault centre let it through to the job)."""
         on_it = self._act(health, event.code, act=event.assertion is not Assertion.RECOVER)
         generation = self._generation
         self._record(events.DeviceFaultReported(

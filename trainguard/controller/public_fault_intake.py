@@ -30,7 +30,7 @@ from typing import Protocol
 
 from trainguard import clock as clocks
 from trainguard import owner_only
-from trainguard.controller import job_controller
+from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.public import public_faults, public_messages
 from trainguard.proto import grpc_security
@@ -158,13 +158,19 @@ class _Host(Protocol):
     def host(self) -> str: ...
 
 
-async def hand_to_job(message: public_messages.PublicFaultMessage,
-                      controller: job_controller.JobController, hosts: Iterable[_Host], *,
-                      wall: float) -> int:
-    """Hand each fault of ``message`` on a device of the job's ``hosts`` (matched by node
-    name, the name its agent registered with; device ids are device indexes on that host) to
-    the job's controller; returns how many devices were handed over. ``wall``: now, in wall
-    seconds (the fault engine's clock)."""
+class _Taker(Protocol):
+    """A job's controller, or the controller's fault centre in front of its jobs."""
+
+    async def device_fault(self, event: DeviceFaultEvent, *, reported_by: str
+                           ) -> device_health.DeviceHealth: ...
+
+
+async def hand_to_job(message: public_messages.PublicFaultMessage, controller: _Taker,
+                      hosts: Iterable[_Host], *, wall: float) -> int:
+    """Hand each fault of ``message`` on a device of the ``hosts`` (matched by node name, the
+    name its agent registered with; device ids are device indexes on that host) to
+    ``controller``; returns how many devices were handed over. ``wall``: now, in wall seconds
+    (the fault engine's clock)."""
     names = {host.host for host in hosts}
     handed = 0
     for fault in message.faults:

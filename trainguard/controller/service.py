@@ -13,7 +13,10 @@ checkpoints).
 The same server takes public faults (``PubFault.SendPublicFault``, and documents in
 ``<run root>/public-faults``: :mod:`.public_fault_intake`) and hands each to the running jobs
 whose hosts it names, and hosts' device reports (``Control.ReportDevices``:
-:mod:`.device_reports`). Every call is authenticated first (:mod:`trainguard.proto.grpc_security`).
+:mod:`.device_reports`). Device events and the hosts' documents go through the fault centre
+(:mod:`.fault_intake`), which decides what reaches a job, separates devices (also at an
+operator's ``Control.SeparateDevice`` / ``ReleaseDevice``) and writes the cluster documents.
+Every call is authenticated first (:mod:`trainguard.proto.grpc_security`).
 It leads only while it holds the store's leadership (:mod:`.leadership`), and takes over the
 jobs whose hosts register again after their controller went away.
 
@@ -21,7 +24,8 @@ Why one module past 500 lines: it is the one place where the server's calls meet
 runs; every intake (a host joining or rejoining, a public fault, a device report) ends in the
 same table of jobs and their controllers, and the start and stop of the store, leadership and
 history belong to the same lifetime. Each intake's own work is in its own module
-(:mod:`.public_fault_intake`, :mod:`.device_reports`, :mod:`.job_record`, :mod:`.leadership`);
+(:mod:`.public_fault_intake`, :mod:`.device_reports`, :mod:`.fault_intake`,
+:mod:`.job_record`, :mod:`.leadership`);
 what stays here is routing to jobs.
 """
 
@@ -45,12 +49,14 @@ from trainguard.controller import (
     device_reports,
     fault_config,
     fault_history,
+    fault_intake,
     job_controller,
     job_record,
     leadership,
     policy,
     public_fault_intake,
 )
+from trainguard.controller.fault_centre.api import JobPlacement
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.public import public_faults
@@ -255,6 +261,7 @@ class ControllerService:
         self._server = grpc_channel.ControlServer(
             self._agent_joined, security=settings.security, on_status=self.status,
             on_public_fault=self._public_fault, on_devices=self._take_devices,
+            on_device_request=self._device_request,
             lease=settings.host_lease)
         self._fault_config = (fault_config.FaultConfigDirectory(settings.fault_config_dir)
                               if settings.fault_config_dir is not None else None)
@@ -271,6 +278,7 @@ class ControllerService:
         self._leadership: leadership.Leadership | None = None
         self._device_faults: fault_history.DeviceFaultHistory | None = None
         self._device_reports: device_reports.DeviceReports | None = None
+        self._intake: fault_intake.FaultIntake | None = None
 
     @property
     def deposed(self) -> asyncio.Event:
@@ -285,7 +293,8 @@ class ControllerService:
         self._watch_documents: asyncio.Task[None] | None = None
 
     def status(self) -> pb.ClusterStatus:
-        """Every job known here: its hosts (holding ranks, lost, spare) and its generation."""
+        """Every job known here: its hosts (holding ranks, lost, spare) and its generation;
+        every host that reported its devices, with their levels and jobs."""
         status = pb.ClusterStatus()
         for name, job in sorted(self._jobs.items()):
             first = job.first
@@ -301,6 +310,11 @@ class ControllerService:
                                 ranks=range(node * nproc, (node + 1) * nproc))
             for proxy in job.spares.waiting():
                 entry.hosts.add(place=proxy.node_rank, host=proxy.host, state="spare")
+        if self._device_reports is not None and self._intake is not None:
+            reports = self._device_reports
+            status.nodes.extend(self._intake.node_status(node, reports.devices(node) or (),
+                                                         reports.held(node))
+                                for node in reports.nodes())
         return status
 
     async def start(self, listen: str, *,
@@ -324,10 +338,19 @@ class ControllerService:
             self._device_faults = await self._held.enter_async_context(
                 fault_history.kept(store, fence=fence))
             nodes = trailing.TrailingWriter(store, what="the hosts' devices", fence=fence)
-            self._device_reports = device_reports.DeviceReports(self._grade_device, nodes,
-                                                                clock=self._clock)
-            writing = asyncio.create_task(nodes.run(), name="trainguard-node-documents")
-            self._held.callback(writing.cancel)
+            centre = trailing.TrailingWriter(store, what="the fault centre's documents",
+                                             fence=fence)
+            reports = self._device_reports = device_reports.DeviceReports(
+                self._grade_device, nodes, clock=self._clock)
+            intake = self._intake = fault_intake.FaultIntake(
+                await fault_intake.restored_centre(store), self._device_faults, centre,
+                clock=self._clock, placements=self._placements, job_on=self._job_on,
+                devices_of=reports.devices)
+            reports.on_documents = intake.host_documents
+            for writer, name in ((nodes, "node-documents"), (centre, "fault-centre-documents")):
+                writing = asyncio.create_task(writer.run(), name=f"trainguard-{name}")
+                self._held.callback(writing.cancel)
+            self._held.push_async_callback(intake.close)
         except (urls.StoreUrlError, kv.UnavailableError, api.StoreError) as error:
             await self._held.aclose()
             raise OSError(f"the store {url}: {error}") from error
@@ -335,7 +358,7 @@ class ControllerService:
             port = await self._server.start(listen)
             host = listen.rpartition(":")[0]
             fence = await self._leadership.announce(f"{host}:{port}")
-            self._device_faults.writer.fence = nodes.fence = fence
+            self._device_faults.writer.fence = nodes.fence = centre.fence = fence
         except (OSError, kv.ConflictError, kv.UnavailableError) as error:
             await self._held.aclose()
             raise OSError(f"cannot serve on {listen}: {error}") from error
@@ -345,6 +368,8 @@ class ControllerService:
             [self._device_faults], config=None, interval=LEVEL_SWEEP, record=lambda event: None,
             clock=self._clock, job="", changed=self._level_changed), name="device-levels")
         self._held.callback(levels.cancel)
+        evaluating = asyncio.create_task(intake.run(), name="fault-centre")
+        self._held.callback(evaluating.cancel)
         return port
 
     async def stop(self) -> None:
@@ -396,14 +421,30 @@ class ControllerService:
         return await self._device_reports.take(report)
 
     async def _grade_device(self, event: DeviceFaultEvent) -> device_health.DeviceHealth:
-        """Through the job that runs on the event's host, if one does (an isolating level
-        moves its rank off the device); else into the history alone."""
-        node = event.device.partition("/")[0]
-        job = self._job_on(node)
-        if job is not None:
-            return await job.device_fault(event, reported_by=f"the device report of {node}")
-        assert self._device_faults is not None
-        return self._device_faults.report(event)
+        """Graded, and through the fault centre to the job on the device, if one runs there
+        (an isolating level moves its rank off the device)."""
+        assert self._intake is not None, "start first"
+        return await self._intake.device_fault(
+            event, reported_by=f"the device report of {event.device.partition('/')[0]}")
+
+    async def _device_request(self, request: pb.DeviceRequest, *, separate: bool
+                              ) -> pb.DeviceAnswer:
+        """An operator separates or releases a device (role operator, checked before)."""
+        assert self._intake is not None, "start first"
+        act = self._intake.separate if separate else self._intake.release
+        try:
+            return pb.DeviceAnswer(ok=True, text=act(request.node, request.device,
+                                                     request.reason))
+        except fault_intake.DeviceRequestError as error:
+            return pb.DeviceAnswer(ok=False, text=str(error))
+
+    def _placements(self) -> dict[str, tuple[JobPlacement, job_controller.JobController]]:
+        """The running jobs' devices and ranks, for the fault centre."""
+        return {name: (JobPlacement(
+            name, job.agents.placement, retries_steps=policy.Strategy.RETRY
+            in job.controller.settings.recover_strategy), job.controller)
+            for name, job in list(self._jobs.items())
+            if job.controller is not None and job.agents is not None}
 
     def _job_on(self, node: str) -> job_controller.JobController | None:
         """The controller of the running job with ranks on ``node``'s host, if any."""
@@ -415,20 +456,20 @@ class ControllerService:
 
     def _level_changed(self, health: device_health.DeviceHealth) -> None:
         """A level changed with time alone: to the job on the device's host, if one runs."""
-        job = self._job_on(health.device.partition("/")[0])
-        if job is not None:
-            job.device_level_changed(health)
+        if self._intake is not None:
+            self._intake.level_changed(health)
 
     async def _hand_over(self, result: public_fault_intake.IntakeResult) -> None:
         """Each fault a message kept, to every running job on a device it names."""
         if result.message is None:
             return
-        for job in list(self._jobs.values()):
-            if job.controller is not None and job.agents is not None:
-                await public_fault_intake.hand_to_job(
-                    result.message, job.controller,
-                    [*job.agents.hosts.values(), *job.spares.waiting()],
-                    wall=self._clock.wall())
+        assert self._intake is not None, "start first"
+        await public_fault_intake.hand_to_job(
+            result.message, self._intake,
+            [proxy for job in list(self._jobs.values()) if job.controller is not None
+             and job.agents is not None
+             for proxy in (*job.agents.hosts.values(), *job.spares.waiting())],
+            wall=self._clock.wall())
 
     async def _agent_joined(self, channel: channels.Channel, peer: str) -> None:
         try:

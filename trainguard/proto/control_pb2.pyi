@@ -522,6 +522,24 @@ class Fault(_message.Message):
     level: str
     def __init__(self, rank: _Optional[int] = ..., pid: _Optional[int] = ..., kind: _Optional[str] = ..., detected_at: _Optional[float] = ..., returncode: _Optional[int] = ..., last_step: _Optional[int] = ..., occurred_at: _Optional[float] = ..., injected: _Optional[str] = ..., detail: _Optional[str] = ..., error_excerpt: _Optional[str] = ..., code: _Optional[str] = ..., alive: _Optional[bool] = ..., device: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
 
+class DeviceRequest(_message.Message):
+    __slots__ = ("node", "device", "reason")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    device: int
+    reason: str
+    def __init__(self, node: _Optional[str] = ..., device: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DeviceAnswer(_message.Message):
+    __slots__ = ("ok", "text")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    text: str
+    def __init__(self, ok: _Optional[bool] = ..., text: _Optional[str] = ...) -> None: ...
+
 class StatusRequest(_message.Message):
     __slots__ = ("version",)
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -529,12 +547,40 @@ class StatusRequest(_message.Message):
     def __init__(self, version: _Optional[int] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("version", "jobs")
+    __slots__ = ("version", "jobs", "nodes")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
     version: int
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
-    def __init__(self, version: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ...) -> None: ...
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeDevices]
+    def __init__(self, version: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[NodeDevices, _Mapping]]] = ...) -> None: ...
+
+class NodeDevices(_message.Message):
+    __slots__ = ("node", "jobs", "devices")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    jobs: _containers.RepeatedScalarFieldContainer[str]
+    devices: _containers.RepeatedCompositeFieldContainer[DeviceStatus]
+    def __init__(self, node: _Optional[str] = ..., jobs: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[_Union[DeviceStatus, _Mapping]]] = ...) -> None: ...
+
+class DeviceStatus(_message.Message):
+    __slots__ = ("device", "level", "health", "separated", "codes", "job")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    SEPARATED_FIELD_NUMBER: _ClassVar[int]
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    device: int
+    level: str
+    health: str
+    separated: bool
+    codes: _containers.RepeatedScalarFieldContainer[str]
+    job: str
+    def __init__(self, device: _Optional[int] = ..., level: _Optional[str] = ..., health: _Optional[str] = ..., separated: _Optional[bool] = ..., codes: _Optional[_Iterable[str]] = ..., job: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job", "state", "nnodes", "nproc_per_node", "generation", "hosts")

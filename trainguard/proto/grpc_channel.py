@@ -3,7 +3,9 @@
 Each agent's :class:`~trainguard.proto.channel.Channel` is one ``Control.Connect`` stream
 (control.proto), opened by the agent (:func:`connect`); the controller serves
 (:class:`ControlServer`) and hands each stream that opens to its own code as a channel.
-``Control.Status`` answers ``trainguard status`` (:func:`cluster_status`), and
+``Control.Status`` answers ``trainguard status`` (:func:`cluster_status`),
+``Control.SeparateDevice`` and ``ReleaseDevice`` ``trainguard devices`` (:func:`device_request`),
+and
 ``PubFault.SendPublicFault`` (pubfault.proto) takes public faults from other senders
 (:func:`send_public_fault`). Every call is authenticated and its role checked first
 (:mod:`.grpc_security`); the server takes messages up to
@@ -14,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import grpc.aio
@@ -27,8 +30,9 @@ from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_security, pubfault_pb2, versioned
 
 __all__ = ["AGENT_LEASE", "REPORT_DEVICES", "AgentConnection", "CallRefusedError",
-           "ControlServer", "DeviceReportHandler", "PublicFaultHandler", "cluster_status",
-           "connect", "report_devices", "send_public_fault"]
+           "ControlServer", "DeviceReportHandler", "DeviceRequestHandler", "PublicFaultHandler",
+           "cluster_status", "connect", "device_request", "report_devices",
+           "send_public_fault"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +60,13 @@ _SEND_PUBLIC_FAULT = f"/{_PUBFAULT.full_name}/SendPublicFault"
 PublicFaultHandler = Callable[[pubfault_pb2.PublicFaultRequest],
                               Awaitable[pubfault_pb2.RespStatus]]
 DeviceReportHandler = Callable[[pb.DeviceReport], Awaitable[pb.DeviceReportAck]]
+
+
+class DeviceRequestHandler(Protocol):
+    """Separates (``separate``) or releases an operator's device."""
+
+    def __call__(self, request: pb.DeviceRequest, *, separate: bool
+                 ) -> Awaitable[pb.DeviceAnswer]: ...
 
 
 class _StreamEnd(channels.QueuedEnd):
@@ -104,16 +115,19 @@ class ControlServer:
                  on_status: Callable[[], pb.ClusterStatus] | None = None,
                  on_public_fault: PublicFaultHandler | None = None,
                  on_devices: DeviceReportHandler | None = None,
+                 on_device_request: DeviceRequestHandler | None = None,
                  lease: float = AGENT_LEASE) -> None:
         """``lease``: seconds an agent's connection may stay silent before its stream ends
         (it is pinged every half of it; a ping unanswered within half of it ends it);
         ``on_status``: what ``Control.Status`` answers; ``on_public_fault``: takes a public
         fault message whose caller may send as its sender (None: the service is not
-        offered); ``on_devices``: takes a host's device report (None: refused)."""
+        offered); ``on_devices``: takes a host's device report (None: refused);
+        ``on_device_request``: an operator's separation or release (None: refused)."""
         self._on_agent = on_agent
         self._on_status = on_status
         self._on_public_fault = on_public_fault
         self._on_devices = on_devices
+        self._on_device_request = on_device_request
         self._security = security
         self._server = grpc.aio.server(
             interceptors=[grpc_security.AccessInterceptor(security)], options=[
@@ -130,7 +144,12 @@ class ControlServer:
                  response_serializer=pb.ClusterStatus.SerializeToString),
              "ReportDevices": grpc.unary_unary_rpc_method_handler(
                  self._report_devices, request_deserializer=pb.DeviceReport.FromString,
-                 response_serializer=pb.DeviceReportAck.SerializeToString)})]
+                 response_serializer=pb.DeviceReportAck.SerializeToString),
+             **{name: grpc.unary_unary_rpc_method_handler(
+                 functools.partial(self._device_request, separate=name == "SeparateDevice"),
+                 request_deserializer=pb.DeviceRequest.FromString,
+                 response_serializer=pb.DeviceAnswer.SerializeToString)
+                for name in ("SeparateDevice", "ReleaseDevice")}})]
         if on_public_fault is not None:
             # Parsed by the handler, not by gRPC: only once the caller is known, and a
             # message that does not parse is the sender's error (INVALID_ARGUMENT).
@@ -154,6 +173,15 @@ class ControlServer:
         except ValueError as error:  # a name that is no node name
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
             raise
+
+    async def _device_request(
+            self, request: pb.DeviceRequest,
+            context: grpc.aio.ServicerContext[pb.DeviceRequest, pb.DeviceAnswer], *,
+            separate: bool) -> pb.DeviceAnswer:
+        if self._on_device_request is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no devices separated here")
+        assert self._on_device_request is not None
+        return await self._on_device_request(request, separate=separate)
 
     async def _connect(self, requests: object,
                        context: grpc.aio.ServicerContext[bytes, bytes]) -> None:
@@ -292,6 +320,22 @@ async def send_public_fault(address: str, request: pubfault_pb2.PublicFaultReque
             call before looking at the message (credentials, role, size).
     """
     return await _unary(address, _SEND_PUBLIC_FAULT, request, pubfault_pb2.RespStatus,
+                        timeout=timeout, security=security)
+
+
+async def device_request(address: str, request: pb.DeviceRequest, *, separate: bool,
+                         timeout: float, security: grpc_security.ClientSecurity
+                         ) -> pb.DeviceAnswer:
+    """Separate (``separate``) or release an operator's device (``Control.SeparateDevice``,
+    ``Control.ReleaseDevice``); the controller's answer (``ok`` false: refused, ``text`` says
+    why).
+
+    Raises:
+        CallRefusedError: it could not be reached within ``timeout`` seconds, or refused the
+            call (credentials, role).
+    """
+    method = "SeparateDevice" if separate else "ReleaseDevice"
+    return await _unary(address, f"/{_SERVICE.full_name}/{method}", request, pb.DeviceAnswer,
                         timeout=timeout, security=security)
 
 

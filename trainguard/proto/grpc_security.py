@@ -20,7 +20,8 @@ and what each may do::
 ``token`` is optional (an identity without one can only come with a certificate of that CN).
 Roles and their calls (:data:`METHOD_ROLES`): ``agent`` opens a host's stream
 (``Control.Connect``) and reports its devices (``Control.ReportDevices``); ``operator`` reads
-the cluster (``Control.Status``) and may send public faults as any sender;
+the cluster (``Control.Status``), separates and releases devices (``Control.SeparateDevice``,
+``Control.ReleaseDevice``) and may send public faults as any sender;
 ``public-fault-sender`` sends public faults (``PubFault.SendPublicFault``) only as the senders
 (``resource``) its entry lists. A method not listed is refused to everyone.
 
@@ -85,6 +86,8 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/trainguard.control.v1.Control/Connect": frozenset({Role.AGENT}),
     "/trainguard.control.v1.Control/ReportDevices": frozenset({Role.AGENT}),
     "/trainguard.control.v1.Control/Status": frozenset({Role.OPERATOR}),
+    "/trainguard.control.v1.Control/SeparateDevice": frozenset({Role.OPERATOR}),
+    "/trainguard.control.v1.Control/ReleaseDevice": frozenset({Role.OPERATOR}),
     "/pubfault.PubFault/SendPublicFault": frozenset({Role.OPERATOR, Role.PUBLIC_FAULT_SENDER}),
 }
 """Which roles may call each method; any other method is refused."""
