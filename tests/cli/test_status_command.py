@@ -13,7 +13,10 @@ from typer.testing import CliRunner
 from trainguard import clock as clocks
 from trainguard.agent import node_agent, step_statistics
 from trainguard.cli import main, runs
+from trainguard.detect.devices import backend, device_info, naming
 from trainguard.faults import process
+from trainguard.faults.device import device_health
+from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.job import events
 from trainguard.launcher import STORE_NAME
 from trainguard.proto import control_pb2 as pb
@@ -198,3 +201,41 @@ def test_a_controllers_hosts_devices_show_levels_separations_and_jobs(
     devices = json.loads(result.output)["nodes"][0]["devices"]
     assert devices[1]["separated"] is True
     assert devices[1]["level"] == "ManuallySeparateNPU"
+
+
+def test_a_hosts_devices_node_and_detectors_are_shown_from_its_documents(
+        tmp_path: Path) -> None:
+    """The documents the agent writes: the device document (each device at its worst fault),
+    the node document, each detector's state; in the table and in --json."""
+    run_dir = make_run(tmp_path, "job", pid=None)
+    engine = device_health.FaultEngine()
+    healths = {"device-1": engine.report(DeviceFaultEvent("device-1", "80E3A201",
+                                                          Assertion.OCCUR, 1.7e9))}
+    document = device_info.device_info(
+        node="host-a", inventory=backend.Inventory(tuple(
+            backend.DeviceIdentity(i, i) for i in range(2))),
+        healths=healths, naming=naming.default_naming("sim"), now=1.7e9)
+    store = sqlite.SqliteStore.open(run_dir / STORE_NAME)
+    try:
+        store.put_document(document.name, document.to_data(), time="t")
+        store.put_document("mindx-dl-nodeinfo-host-a", {"NodeInfo": {
+            "FaultDevList": [], "NodeStatus": "Healthy"}, "CheckCode": "x"}, time="t")
+        store.put_document("detectors-host-a", {
+            "devices": {"status": "running", "mode": "subscription", "last_error": ""},
+            "node": {"working": False, "mode": "reads the BMC every 60 s",
+                     "last_error": "ipmitool is not installed"}}, time="t")
+    finally:
+        store.close()
+
+    shown = CliRunner().invoke(main.app, ["status", "--run-dir", str(run_dir)])
+    assert shown.exit_code == 0, shown.output
+    assert "node host-a: Healthy" in shown.output
+    assert "Ascend910-0   healthy (NormalNPU)" in shown.output
+    assert "Ascend910-1   isolated (SeparateNPU)   80E3A201" in shown.output
+    assert "ipmitool is not installed" in shown.output
+    data = json.loads(CliRunner().invoke(
+        main.app, ["status", "--run-dir", str(run_dir), "--json"]).output)
+    assert data["devices"][1] == {"node": "host-a", "device": "Ascend910-1",
+                                  "level": "SeparateNPU", "health": "isolated",
+                                  "codes": ["80E3A201"]}
+    assert data["detectors"]["host-a/node"]["working"] is False

@@ -255,3 +255,16 @@ def test_the_store_and_its_journal_files_are_owner_only(store_path: Path) -> Non
         opened.close()
     assert modes == {"state.db": 0o600, "state.db-wal": 0o600, "state.db-shm": 0o600}
     assert store_path.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_documents_by_prefix_take_the_prefix_literally(store: sqlite.SqliteStore) -> None:
+    for name in ("detectors-host-a", "detectors-host-b", "detectorsXhost", "mindx-dl-x"):
+        store.put_document(name, {"name": name}, time="t")
+    store.put_document("a_b", {}, time="t")
+    store.put_document("axb", {}, time="t")
+
+    assert [d.name for d in store.documents("detectors-")] == [
+        "detectors-host-a", "detectors-host-b"]
+    assert [d.name for d in store.documents("a_")] == ["a_b"], "_ is no wildcard"
+    assert store.documents("detectors-host-a")[0].data == {"name": "detectors-host-a"}
+    assert store.documents("none-") == []

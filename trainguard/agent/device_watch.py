@@ -42,13 +42,16 @@ from trainguard.job import events
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_channel, grpc_security
 
-__all__ = ["HELD_EVENTS", "REFRESH", "Detector", "DeviceWatch", "ReportSink", "to_controllers"]
+__all__ = ["DETECTORS", "HELD_EVENTS", "REFRESH", "Detector", "DeviceWatch", "ReportSink",
+           "to_controllers"]
 
 logger = logging.getLogger(__name__)
 
 REFRESH = 5.0
 """Seconds between reports when nothing happens: the original's document refresh."""
 HELD_EVENTS = 1000
+DETECTORS = "detectors-"
+"""The prefix of the document of each detector's state, the node's name after it."""
 OPENING = 0.1
 """Seconds between looks for the backend's devices until it has opened."""
 
@@ -209,7 +212,7 @@ class DeviceWatch:
         text = json.dumps(states, sort_keys=True)
         if text != self._states:
             self._states = text
-            self._publish(f"detectors-{self._node}", states)
+            self._publish(DETECTORS + self._node, states)
 
     async def _report(self) -> None:
         self._publish_states()

@@ -23,8 +23,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from trainguard.agent import device_watch
 from trainguard.cli import controller_access, runs
 from trainguard.cli.run_command import DEFAULT_RUN_ROOT
+from trainguard.controller import device_reports
+from trainguard.detect.devices import device_info
+from trainguard.faults.levels import Level, health, most_serious
 from trainguard.launcher import STORE_NAME
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_channel, grpc_security
@@ -42,6 +46,12 @@ class JobStatus:
     state: dict[str, Any]  # the job-status document's fields ({} when there is none)
     ranks: live.LiveDocument | None
     updated: str | None  # when the live document was written
+    devices: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The host's devices as its device document says: node, device, level, health, codes."""
+    detectors: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """Each detector's state by ``<node>/<detector>``, as the agent publishes it."""
+    nodes: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """Each node document's ``NodeInfo`` (NodeStatus, FaultDevList) by node."""
 
     def to_data(self, *, now: float) -> dict[str, Any]:
         ranks = self.ranks
@@ -60,6 +70,7 @@ class JobStatus:
                        "heartbeat_age_seconds": _age(rank.heartbeat_at, now),
                        "snapshot_age_seconds": _age(rank.snapshot_at, now)}
                       for rank in (ranks.ranks if ranks else ())],
+            "devices": self.devices, "detectors": self.detectors, "nodes": self.nodes,
         }
 
 
@@ -70,6 +81,13 @@ def read_status(choice: runs.RunChoice) -> JobStatus:
         job = choice.directory.name
         state = store.get_document(f"job-status-{job}")
         document = store.get_document(live.document_name(job))
+        devices = [row for found in store.documents(device_info.PREFIX)
+                   for row in device_rows(found.name.removeprefix(device_info.PREFIX), found.data)]
+        detectors = {f"{found.name.removeprefix(device_watch.DETECTORS)}/{name}": dict(state_data)
+                     for found in store.documents(device_watch.DETECTORS)
+                     for name, state_data in found.data.items() if isinstance(state_data, dict)}
+        nodes = {found.name.removeprefix(device_reports.NODE_INFO): found.data.get("NodeInfo", {})
+                 for found in store.documents(device_reports.NODE_INFO)}
     finally:
         store.close()
     ranks = None
@@ -79,7 +97,41 @@ def read_status(choice: runs.RunChoice) -> JobStatus:
         except ValueError:
             ranks = None  # written by another trainguard version: show the job's state only
     return JobStatus(choice=choice, state=state.data if state else {}, ranks=ranks,
-                     updated=document.updated if document else None)
+                     updated=document.updated if document else None, devices=devices,
+                     detectors=detectors, nodes=nodes)
+
+
+def device_rows(node: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A device document's devices, each at its most serious fault's level (NormalNPU
+    without one); nothing for a document that cannot be read (another version's)."""
+    try:
+        listed = json.loads(data["DeviceInfoCfg"])["DeviceInfo"]["DeviceList"]
+        faults: list[dict[str, Any]] = next((json.loads(value) for key, value in listed.items()
+                                             if key.endswith("-Fault")), [])
+        names = [name for key, value in listed.items() if "-" not in key.rpartition("/")[2]
+                 for name in value.split(",") if name]
+        unhealthy = {name for key, value in listed.items()
+                     if key.endswith(("-Unhealthy", "-NetworkUnhealthy"))
+                     for name in value.split(",") if name}
+        worst: dict[str, tuple[Level, list[str]]] = {}
+        for fault in faults:
+            level = Level(fault["fault_level"])
+            before, codes = worst.get(fault["npu_name"], (Level.NORMAL_NPU, []))
+            codes = codes + [code for code in fault["fault_code"].split(",") if code]
+            worst[fault["npu_name"]] = (most_serious((before, level)), codes)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return []
+    rows = []
+    for name in sorted({*names, *unhealthy, *worst}, key=_device_order):
+        level, codes = worst.get(name, (Level.NORMAL_NPU, []))
+        rows.append({"node": node, "device": name, "level": str(level),
+                     "health": health(level), "codes": codes})
+    return rows
+
+
+def _device_order(name: str) -> tuple[str, int]:
+    prefix, _, number = name.rpartition("-")
+    return (prefix, int(number)) if number.isdigit() else (name, -1)
 
 
 def _age(iso: str | None, now: float) -> float | None:
@@ -130,6 +182,29 @@ def render(status: JobStatus, *, now: float) -> Group:
         parts.append(table)
     elif status.ranks is None:
         parts.append(Text("no live status recorded for this run"))
+    for node, info in status.nodes.items():
+        alarms = "; ".join(f"{device.get('DeviceType')} {device.get('DeviceId')}: "
+                           f"{','.join(device.get('FaultCode', []))} ({device.get('FaultLevel')})"
+                           for device in info.get("FaultDevList", []))
+        parts.append(Text(f"node {node}: {info.get('NodeStatus', '-')}"
+                          + (f" ({alarms})" if alarms else "")))
+    if status.devices:
+        devices = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        for column in ("host", "device", "level", "codes"):
+            devices.add_column(column, no_wrap=column == "level")
+        for row in status.devices:
+            devices.add_row(Text(row["node"]), row["device"],
+                            f"{row['health']} ({row['level']})", ", ".join(row["codes"]) or "-")
+        parts += [Text("devices:"), devices]
+    if status.detectors:
+        watching = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        for column in ("detector", "state", "how", "last error"):
+            watching.add_column(column)
+        for name, seen in status.detectors.items():
+            working = seen.get("status", "working" if seen.get("working") else "failing")
+            watching.add_row(Text(name), str(working), Text(str(seen.get("mode") or "-")),
+                             Text(str(seen.get("last_error") or "-")))
+        parts += [Text("detectors:"), watching]
     return Group(*parts)
 
 

@@ -137,6 +137,13 @@ class SqliteStore:
         row = rows[0]
         return api.Document(row[0], json.loads(row[1]), int(row[2]), row[3])
 
+    def documents(self, prefix: str) -> list[api.Document]:
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._read(
+            "SELECT name, data, revision, updated FROM documents WHERE name LIKE ? ESCAPE '\\' "
+            "ORDER BY name", [escaped + "%"])
+        return [api.Document(row[0], json.loads(row[1]), int(row[2]), row[3]) for row in rows]
+
     def close(self) -> None:
         self._connection.close()
 
