@@ -116,10 +116,6 @@ class DeviceWatch:
         self._states = ""
 
     @property
-    def node(self) -> str:
-        return self._node
-
-    @property
     def engine(self) -> device_health.FaultEngine:
         """The grader of the host's devices (the original device plugin's), for the document."""
         return self._engine
