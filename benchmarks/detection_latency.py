@@ -409,14 +409,26 @@ def _counts_more(faults: int) -> Callable[[Mapping[str, Any]], bool]:
     return lambda data: int(data.get("faults", 0)) > faults
 
 
+def _new_process(job: Job, *, rank: int, killed: set[int]) -> int:
+    """The rank's process, once the live document names one not killed (it is replaced about
+    once a second: after a recovery it names the new process late)."""
+    def found() -> int | None:
+        pid = job.ranks()[rank]["pid"]
+        return pid if pid is not None and pid not in killed else None
+
+    pid: int = common.wait_until(f"rank {rank}'s process", found, timeout=30,
+                                 process=job.group.process, poll=0.1)
+    return pid
+
+
 def _trials_process(kind: Kind, workdir: Path, *, trials: int, rng: random.Random,
                     poll: float) -> list[dict[str, Any]]:
-    results = []
+    results: list[dict[str, Any]] = []
     job = Job(workdir, "process", [], poll=poll)
     try:
         for number in range(trials):
             _pause(rng)
-            pid = job.ranks()[1]["pid"]
+            pid = _new_process(job, rank=1, killed={result["pid"] for result in results})
             name = f"job-ranks-{job.name}"
             found = job.store.get_document(name)
             faults = int(found.data["faults"]) if found is not None else 0
