@@ -23,8 +23,8 @@ Device faults are injected in process (``trainguard.agent.control.inject_device_
 agent's control socket, as ``trainguard fault inject --device`` does, without its interpreter's
 start-up); the time is taken just before the request is sent. Network and storage faults are
 timed from just before ``ip``/``mount`` starts (that command's own run, a few ms, is
-included). Each trial waits a random pause (0-1 s, seeded) first, so that faults fall at any
-phase of the periodic detectors.
+included). Each trial waits a random pause first (seeded; 0-1 s, storage 0-5 s: its probe
+period), so that faults fall at any phase of the periodic detectors.
 
 Measured, from the run's state store (``state.db``, read every ``--poll`` seconds):
 
@@ -91,6 +91,9 @@ class Kind:
     checked: tuple[str, ...] = ("document", "controller", "decision")
     """The measures the target holds for (a decision only where one is asked for)."""
     needs_root: bool = False
+    pause: float = 1.0
+    """Seconds a trial waits at most, at random, before its fault (the detector's period)."""
+    document: str = "mindx-dl-deviceinfo-<node>"
 
 
 DEVICE_TARGET = "under 1 s (device fault, subscription)"
@@ -100,11 +103,11 @@ KINDS = (
     Kind("device-notice", "80E21007", 1.0, DEVICE_TARGET, False),
     # job-ranks-<job> is replaced about once a second: shown, not held to the target
     Kind("process", None, 1.0, "under 1 s (process fault: the agent's detection and the "
-         "decision)", True, checked=("controller", "decision")),
+         "decision)", True, checked=("controller", "decision"), document="job-ranks-<job>"),
     Kind("network", LINK_DOWN, 2.5, "within the 2.5 s gateway probe period (link state read "
          "every 0.2 s)", False, needs_root=True),
     Kind("storage", STORAGE, 5.0, "within the 5 s storage probe period", False,
-         needs_root=True),
+         needs_root=True, pause=5.0),
 )
 BY_NAME = {kind.name: kind for kind in KINDS}
 
@@ -372,8 +375,10 @@ def _recover_device(job: Job, device: int, code: str, *, since: int | None) -> N
     job.wait(after_id, {"cleared": _reported(code, device, "recover")}, required=["cleared"])
 
 
-def _pause(rng: random.Random) -> None:
-    time.sleep(rng.uniform(0.0, 1.0))
+def _pause(kind: Kind, rng: random.Random) -> None:
+    """A random pause before a fault, as long as the kind's detector's period at most: a fault
+    falls at any moment of it, also after a recovery that a probe saw."""
+    time.sleep(rng.uniform(0.0, kind.pause))
 
 
 def _trials_device(kind: Kind, workdir: Path, *, trials: int, rng: random.Random,
@@ -384,7 +389,7 @@ def _trials_device(kind: Kind, workdir: Path, *, trials: int, rng: random.Random
         for number in range(trials):
             job = Job(workdir, f"separate-{number}", [], poll=poll)
             try:
-                _pause(rng)
+                _pause(kind, rng)
                 results.append(_device_trial(job, kind, job.ranks()[1]["device"], number)[0])
             finally:
                 job.stop()
@@ -393,7 +398,7 @@ def _trials_device(kind: Kind, workdir: Path, *, trials: int, rng: random.Random
     job = Job(workdir, kind.name, [], poll=poll)
     try:
         for number in range(trials):
-            _pause(rng)
+            _pause(kind, rng)
             device = job.ranks()[0]["device"]
             result, since = _device_trial(job, kind, device, number)
             results.append(result)
@@ -427,7 +432,7 @@ def _trials_process(kind: Kind, workdir: Path, *, trials: int, rng: random.Rando
     job = Job(workdir, "process", [], poll=poll)
     try:
         for number in range(trials):
-            _pause(rng)
+            _pause(kind, rng)
             pid = _new_process(job, rank=1, killed={result["pid"] for result in results})
             name = f"job-ranks-{job.name}"
             found = job.store.get_document(name)
@@ -463,7 +468,7 @@ def _command_trials(job: Job, kind: Kind, *, trials: int, rng: random.Random,
     assert kind.code is not None
     code, results = kind.code, []
     for number in range(trials):
-        _pause(rng)
+        _pause(kind, rng)
         before, after_id = _revision(job.store, job.device_document), job.mark()
         start = _run(*fault)
         seen = job.wait(after_id, _fault_events(code, 0),
@@ -522,7 +527,9 @@ def evaluate(kind: Kind, trials: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     of each of the kind's checked measures that was seen (a measure seen in only some trials:
     None, not measured) within it."""
     summary: dict[str, Any] = {"trials": len(trials), "target_seconds": kind.target_seconds,
-                               "target": kind.target}
+                               "target": kind.target, "document": kind.document,
+                               "checked": [measure for measure in kind.checked
+                                           if measure != "decision" or kind.decides]}
     checked = []
     for measure in MEASURES:
         values = [t[f"{measure}_seconds"] for t in trials]
