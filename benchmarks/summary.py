@@ -383,6 +383,43 @@ def _scale(lines: list[str]) -> None:
     lines.append("")
 
 
+def _latency(value: float | None) -> str:
+    return _ms(value) if value is None or value < 1 else _seconds(value)
+
+
+def _detection(lines: list[str]) -> None:
+    found = _load("detection-latency")
+    if found is None:
+        return
+    resolution = found["resolution"]
+    lines += [
+        f"## Detection latency on one host, per fault kind, {found['when']}", "",
+        found["setup"] + f" (millisecond timestamps; the store read every "
+        f"{resolution['poll_seconds'] * 1000:g} ms).", "",
+        f"`{_command(found)}`: median (worst) from the injection to the host's document "
+        "showing the fault, the agent's detector noticing it, the controller grading it, and "
+        "its decision.", "",
+        "| fault | trials | document | shown in it | noticed | graded | decision | target |",
+        "|---|---|---|---|---|---|---|---|"]
+    verdicts, words = [], {"controller": "grading"}
+    for kind, values in found["kinds"].items():
+        if "trials" not in values:
+            lines.append(f"| {kind} | - | - | - | - | - | - | {values.get('why', '')} |")
+            verdicts.append(f"- {kind}: {_verdict(None)} ({values.get('why', '')})")
+            continue
+        cells = [f"{_latency(values[f'median_{measure}_seconds'])} "
+                 f"({_latency(values[f'worst_{measure}_seconds'])})"
+                 if values[f"median_{measure}_seconds"] is not None else "-"
+                 for measure in ("document", "noticed", "controller", "decision")]
+        lines.append(f"| {kind} | {values['trials']} | {values.get('document', '')} | "
+                     f"{' | '.join(cells)} | {values['target']} |")
+        verdicts.append(f"- {kind}, {values['target']}, for the "
+                        f"{', '.join(words.get(m, m) for m in values.get('checked', []))}: "
+                        f"{_verdict(values['met'])}")
+    lines += ["", *verdicts, *(f"- {kind}: not measured ({why})"
+                              for kind, why in found.get("not_measured", {}).items()), ""]
+
+
 def main() -> None:
     lines = ["# Benchmark results", "",
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
@@ -391,6 +428,7 @@ def main() -> None:
     _host_loss(lines)
     _failover(lines)
     _scale(lines)
+    _detection(lines)
     _kill_goodput(lines)
     _stall(lines)
     _fault_engine(lines)
