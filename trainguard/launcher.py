@@ -126,6 +126,9 @@ class RunSettings:
     on another host; 127.0.0.1 keeps it on this host."""
     detectors: host_detectors.DetectorSettings = dataclasses.field(
         default_factory=host_detectors.DetectorSettings)
+    node_name: str | None = None
+    """This host's name in its documents on one host (across hosts: ``cluster.node_name``);
+    None: the host name, lower-cased, or localhost when that is no node name."""
     cluster: joining.ClusterSettings | None = None
     """A job across hosts: this host's agent joins the controller named there, which drives
     the job; None: the controller runs here, for this host alone."""
@@ -141,6 +144,8 @@ class RunSettings:
         if not self.fault_config_interval > 0:
             raise ValueError("fault-config-interval must be > 0 seconds, got "
                              f"{self.fault_config_interval}")
+        if self.node_name is not None:
+            names.node_name(self.node_name, what="node-name")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,7 +340,8 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         engine = device_health.FaultEngine(table=table, customization=customization)
     driver: _Driver
     send: device_watch.ReportSink
-    node = joined.cluster.node_name if joined is not None else _local_node_name()
+    node = (joined.cluster.node_name if joined is not None
+            else settings.node_name or _local_node_name())
     if joined is None:
         # The controller drives this host's agent through the controller protocol, as it
         # would an agent on another host; here the messages go through in-process queues.

@@ -54,7 +54,8 @@ GROUPS = (
     settings_flags.SettingsGroup("recovery", policy.RecoverySettings,
                                  exclude=frozenset({"max_restarts"})),
     settings_flags.SettingsGroup("run", launcher.RunSettings, exclude=frozenset(
-        {"agent", "heartbeat", "checkpoint", "recovery", "signals", "cluster", "detectors"})),
+        {"agent", "heartbeat", "checkpoint", "recovery", "signals", "cluster", "detectors",
+         "node_name"})),
     settings_flags.SettingsGroup("detectors", host_detectors.DetectorSettings),
     settings_flags.SettingsGroup("agent", node_agent.AgentSettings, exclude=frozenset(
         {"nproc_per_node", "program", "run_id", "run_dir", "role", "master_addr",
@@ -131,8 +132,9 @@ def parser() -> argparse.ArgumentParser:
                            f"with KIND one of {_KINDS}; repeatable. [env TRAINGUARD_INJECT]")
     ours.add_argument("--node-name", dest="own__node_name", metavar="NAME",
                       default=os.environ.get("TRAINGUARD_NODE_NAME"),
-                      help="This host's name to the controller (--nnodes > 1), and the "
-                           "nodeName public faults name it by: a DNS-1123 subdomain. "
+                      help="This host's name: to the controller (--nnodes > 1), in its "
+                           "documents (mindx-dl-deviceinfo-NAME, ...), and the nodeName public "
+                           "faults name it by: a DNS-1123 subdomain. "
                            "[default: the host name, lower-cased; env TRAINGUARD_NODE_NAME]")
     controller_access.add_client_arguments(result)
     result.add_argument("training_script", help="The script (or module, or program) to run.")
@@ -383,7 +385,8 @@ def build_settings(arguments: argparse.Namespace, *,
             detectors=groups["detectors"].build(values, **sources),
             recovery=_recovery(groups["recovery"], values, agent, arguments.max_restarts,
                                sources=sources),
-            signals=_signals(arguments.signals_to_handle), cluster=cluster)
+            signals=_signals(arguments.signals_to_handle), cluster=cluster,
+            node_name=arguments.own__node_name if cluster is None else None)
     except settings_flags.SettingsError as error:
         raise UsageError(str(error)) from error
     if settings.checkpoint.checkpoint_dir is not None:
