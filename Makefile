@@ -35,13 +35,11 @@ etcd:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	        --no-install-recommends etcd-server >/dev/null; }
 
-# The unit tests run on two processes; the tests that start jobs, hosts and benchmarks run one
-# at a time, as their timings (hang deadlines, recoveries) assume the machine is theirs.
-SERIAL_TESTS := tests/e2e tests/hosts tests/benchmarks
-
+# Two processes run the tests, each test file whole on one; the tests marked serial (their
+# deadlines, waits and measurements assume the machine is theirs) run one at a time after.
 test: lint etcd
-	$(BIN)/pytest -n 2 $(addprefix --ignore=,$(SERIAL_TESTS))
-	$(BIN)/pytest $(SERIAL_TESTS)
+	$(BIN)/pytest -n 2 --dist loadfile -m "not serial"
+	$(BIN)/pytest -m serial
 
 # The Python code generated from trainguard/proto/*.proto, committed beside it; the pinned
 # grpcio-tools of the dev extra makes it byte for byte (tests/proto checks it is not stale).

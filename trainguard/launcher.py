@@ -10,11 +10,11 @@ it at once.
 Why one module past 500 lines: both ways of being driven share everything else here (the
 directories, the store, the snapshot memory, the agent, its background tasks, the host's
 detectors, the summary) and differ only in the ``_Driver`` and where the host's device reports
-go (to the job's controller here, in process, or over gRPC). The driver here is a few dozen lines; the one away (about 100:
-rejoining a successor controller, stopping alone when none takes the host back) needs the agent
-and the registration this module builds, and the layers allow it nowhere lower (it joins the
-agent's side and the controller's results). If it grows further, ``launcher`` becomes a package
-with the driver away as its own module.
+go (to the job's controller here, in process, or over gRPC). The driver here is a few dozen
+lines; the one away (about 100: rejoining a successor controller, stopping alone when none
+takes the host back) needs the agent and the registration this module builds, and the layers
+allow it nowhere lower (it joins the agent's side and the controller's results). If it grows
+further, ``launcher`` becomes a package with the driver away as its own module.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 from tests.e2e.jobs import SCRIPTS, Job, Start
 from trainguard.ipc import snapshot_layout
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 SESSION_JOB = str(SCRIPTS / "session_job.py")
 

@@ -17,7 +17,7 @@ from tests.e2e.jobs import SCRIPTS
 from trainguard.testing import etcd_cluster
 from trainguard.testing.etcd_cluster import free_ports
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 # The 40 steps of the session's reference job, slowed to about 9 s: long enough to lose a
 # controller mid-run, and the same final parameters.

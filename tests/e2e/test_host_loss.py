@@ -17,6 +17,8 @@ from tests.e2e.hosts import Cluster
 from tests.e2e.jobs import Job, clean_digest_of
 from tests.hosts.netns import HostNetwork, require_netns
 
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
+
 # The demo's job, long enough (about 4 s of steps here) to lose a host in the middle.
 JOB = ["-m", "trainguard.demo.ddp_job", "--steps", "400", "--width", "64"]
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.hosts import Cluster
 from tests.e2e.jobs import SCRIPTS
 from tests.hosts.netns import HostNetwork, require_netns
+
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 
 def test_a_rank_killed_on_one_host_is_recovered_in_place_across_hosts(

@@ -7,7 +7,7 @@ import pytest
 
 from tests.e2e.jobs import SCRIPTS, Start
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 
 def test_the_same_failure_at_step_zero_stops_after_three_starts(run_job: Start) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.e2e.jobs import SCRIPTS, Start
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 
 def test_every_third_step_loses_the_steps_since_the_snapshot_and_saves_the_final_one(

@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.jobs import SCRIPTS, Job, Start
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 SCRIPT = str(SCRIPTS / "inprocess_job.py")
 
