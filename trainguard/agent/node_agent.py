@@ -522,13 +522,16 @@ class NodeAgent:
 
     def _worker(self, hello: messages.Hello) -> workers.WorkerState | None:
         """The worker of the current generation that said ``hello``: the same rank, process
-        and secret (a process carried over from an earlier generation keeps its connection)."""
+        and secret (a process carried over from an earlier generation keeps its connection).
+        A worker may say hello before the standby's answer with its pid is read (the agent's
+        loop busy, the machine loaded): its secret, made for it alone, is then enough."""
         generation = self._generation
         if generation is None:
             return None
         worker = generation.workers.get(hello.rank)
-        return worker if worker is not None and worker.pid == hello.pid and hmac.compare_digest(
-            worker.secret.encode(), hello.secret.encode()) else None
+        return worker if worker is not None and worker.pid in (hello.pid, None) and bool(
+            worker.secret) and hmac.compare_digest(
+                worker.secret.encode(), hello.secret.encode()) else None
 
     def worker_connected(self, hello: messages.Hello, writer: asyncio.StreamWriter) -> bool:
         worker = self._worker(hello)
