@@ -71,3 +71,31 @@ def test_a_new_interval_reaches_every_rank_from_the_same_unbegun_step() -> None:
     # on the grid of the restored step 12, which a rank connecting later counts from.
     assert sent == [[messages.SnapshotInterval(every=4, from_step=36)]] * 3
     assert reconnected == [messages.SnapshotInterval(every=4, from_step=12)]
+
+
+def test_a_hello_before_the_pid_is_known_is_taken_on_the_workers_secret_alone() -> None:
+    """Under load a forked worker can say hello before the standby's answer with its pid is
+    read: its own secret admits it then; a wrong secret, or a worker not yet spawned (no
+    secret), does not."""
+    async def scenario() -> list[bool]:
+        settings = AgentSettings(nproc_per_node=2, run_id="job", run_dir=Path("/nonexistent"),
+                                 program=workers.ProgramSpec("path", "train.py", ()))
+        checkpoints: Any = None
+        agent = node_agent.NodeAgent(
+            settings, detector=heartbeat.HangDetector(heartbeat.HeartbeatSettings()),
+            checkpoints=checkpoints, clock=clocks.SystemClock(), base_env={},
+            on_injection=lambda *_: None)
+        restore = checkpoint_memory.RestoreChoice(messages.RestoreSource.NONE, 0, {}, "")
+        generation = workers.Generation(number=0, restart_count=0, master_port=29500,
+                                        started_at=0.0, restore=restore)
+        for rank in (0, 1):
+            generation.workers[rank], _ = _worker(rank, None)
+            generation.workers[rank].pid = None
+        generation.workers[0].secret = "secret-of-rank-0"
+        agent._generation = generation
+        stream: Any = FakeWriter()
+        return [agent.worker_connected(messages.Hello(
+                    rank=rank, local_rank=rank, pid=4242, generation=0, secret=secret), stream)
+                for rank, secret in ((0, "secret-of-rank-0"), (0, "wrong"), (1, ""))]
+
+    assert asyncio.run(scenario()) == [True, False, False]

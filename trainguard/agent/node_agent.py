@@ -529,9 +529,11 @@ class NodeAgent:
         if generation is None:
             return None
         worker = generation.workers.get(hello.rank)
-        return worker if worker is not None and worker.pid in (hello.pid, None) and bool(
-            worker.secret) and hmac.compare_digest(
-                worker.secret.encode(), hello.secret.encode()) else None
+        if worker is None or not (worker.pid == hello.pid
+                                  or (worker.pid is None and worker.secret)):
+            return None
+        return worker if hmac.compare_digest(worker.secret.encode(),
+                                             hello.secret.encode()) else None
 
     def worker_connected(self, hello: messages.Hello, writer: asyncio.StreamWriter) -> bool:
         worker = self._worker(hello)
