@@ -27,9 +27,17 @@ class FakeClock:
 
 
 def need_root(why: str) -> None:
-    """Skip unless root; under CI=true a missing root is a failure, not a skip."""
-    if os.geteuid() == 0:
+    """Skip unless root; under CI a missing root is a failure, not a skip (as a missing etcd
+    is: tests/conftest.py)."""
+    if os.geteuid() != 0:
+        need(False, f"{why} needs root")
+
+
+def need(present: bool, what: str) -> None:
+    """Skip, saying ``what`` is missing, when it is not ``present``; under CI, where every
+    test must run (it runs as root on a full machine), fail instead."""
+    if present:
         return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"not root in CI: {why} needs root")
-    pytest.skip(f"not root: {why} needs root")
+    if os.environ.get("CI"):
+        pytest.fail(f"in CI: {what}")
+    pytest.skip(what)

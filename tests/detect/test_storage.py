@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.detect.detector_fixtures import FakeClock, need_root
+from tests.detect.detector_fixtures import FakeClock, need, need_root
 from trainguard.clock import SystemClock
 from trainguard.detect.storage import (
     STORAGE_FAULT_CODE,
@@ -132,8 +132,7 @@ def test_real_fuse_mount_nobody_answers_is_unresponsive(tmp_path: Path) -> None:
     Closing it aborts the connection (the stuck probe returns ENOTCONN); unmounted, the
     directory underneath answers again."""
     need_root("mounting a FUSE filesystem")
-    if not os.path.exists("/dev/fuse"):
-        pytest.skip("no /dev/fuse")
+    need(os.path.exists("/dev/fuse"), "no /dev/fuse: a FUSE mount cannot be made")
     mount = tmp_path / "fuse"
     mount.mkdir()
     device = os.open("/dev/fuse", os.O_RDWR)
