@@ -70,6 +70,7 @@ from trainguard import names
 from trainguard.agent import control
 from trainguard.faults.device.device_events import Assertion
 from trainguard.store import api, sqlite
+from trainguard.testing import gateway_link
 
 __all__ = ["KINDS", "Kind", "Seen", "evaluate", "first_seen", "main", "shows_fault", "stored_epoch"]
 
@@ -196,29 +197,6 @@ def _run(*command: str) -> float:
     started = time.time()
     subprocess.run(list(command), check=True, capture_output=True, timeout=30)
     return started
-
-
-@contextlib.contextmanager
-def _veth() -> Iterator[str]:
-    """A veth link from here to a gateway in a namespace of its own; yields our end's name."""
-    pid = os.getpid()
-    namespace, ours, theirs = f"tg-bench-{pid}", f"tgl{pid % 100000}a", f"tgl{pid % 100000}b"
-    subnet = f"10.215.{pid % 250}"
-    try:
-        _ip("netns", "add", namespace)
-        _ip("link", "add", ours, "type", "veth", "peer", "name", theirs)
-        _ip("link", "set", theirs, "netns", namespace)
-        _ip("addr", "add", f"{subnet}.2/30", "dev", ours)
-        _ip("link", "set", ours, "up")
-        _ip("-n", namespace, "addr", "add", f"{subnet}.1/30", "dev", theirs)
-        _ip("-n", namespace, "link", "set", theirs, "up")
-        _ip("route", "add", f"10.216.{pid % 250}.0/24", "via", f"{subnet}.1", "dev", ours)
-        yield ours
-    finally:
-        subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=10,
-                       check=False)
-        subprocess.run(["ip", "link", "del", ours], capture_output=True, timeout=10,
-                       check=False)
 
 
 @contextlib.contextmanager
@@ -485,7 +463,8 @@ def _command_trials(job: Job, kind: Kind, *, trials: int, rng: random.Random,
 
 def _trials_network(kind: Kind, workdir: Path, *, trials: int, rng: random.Random,
                     poll: float) -> list[dict[str, Any]]:
-    with _veth() as interface:
+    with gateway_link.gateway_link("bench", subnet=215) as link:
+        interface = link.ours
         job = Job(workdir, "network", ["--training-interfaces", f"{interface}=0"], poll=poll)
         try:
             time.sleep(3.0)  # a gateway probe has run

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from trainguard.detect.network import (
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.device.device_health import FaultEngine
 from trainguard.faults.levels import Level
+from trainguard.testing import gateway_link
 
 ROUTES = """\
 Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
@@ -196,22 +196,8 @@ def _ip(*args: str, check: bool = True) -> None:
 def veth_pair() -> Iterator[tuple[str, str, str, str]]:
     """A veth link from this namespace (A) to a gateway's namespace (B, 10.213.n.1)."""
     need_root("a network namespace with a veth link")
-    pid = os.getpid()
-    namespace, ours, theirs = f"tg-node-{pid}", f"tg{pid % 100000}a", f"tg{pid % 100000}b"
-    subnet = f"10.213.{pid % 250}"
-    try:
-        _ip("netns", "add", namespace)
-        _ip("link", "add", ours, "type", "veth", "peer", "name", theirs)
-        _ip("link", "set", theirs, "netns", namespace)
-        _ip("addr", "add", f"{subnet}.2/30", "dev", ours)
-        _ip("link", "set", ours, "up")
-        _ip("-n", namespace, "addr", "add", f"{subnet}.1/30", "dev", theirs)
-        _ip("-n", namespace, "link", "set", theirs, "up")
-        _ip("route", "add", f"10.214.{pid % 250}.0/24", "via", f"{subnet}.1", "dev", ours)
-        yield namespace, ours, theirs, f"{subnet}.1"
-    finally:
-        _ip("netns", "del", namespace, check=False)
-        _ip("link", "del", ours, check=False)
+    with gateway_link.gateway_link("node", subnet=213) as link:
+        yield link.namespace, link.ours, link.theirs, link.gateway
 
 
 async def _until(condition: Callable[[], bool], what: str) -> None:
