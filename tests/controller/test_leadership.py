@@ -65,3 +65,37 @@ def test_a_deposed_leader_learns_it_and_its_fenced_writes_are_refused() -> None:
     assert reason.startswith("its lease ended")
     assert entry is not None
     assert entry.value == b"old"
+
+
+class _HangsOnce:
+    """A store whose first keep-alive never answers, as a member that is back up but still
+    electing its leader."""
+
+    def __init__(self, store: kv.KeyValueStore) -> None:
+        self._store = store
+        self.hung = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def keep_alive(self, lease: int) -> None:
+        if not self.hung:
+            self.hung = True
+            await asyncio.Event().wait()
+        await self._store.keep_alive(lease)
+
+
+def test_a_keep_alive_that_hangs_does_not_cost_the_lease() -> None:
+    async def scenario() -> tuple[bool, bool, str | None]:
+        store = _HangsOnce(testing.key_value_store())
+        leader = leadership.Leadership(store, ttl=TTL)  # type: ignore[arg-type]
+        await leader.campaign("a:1", on_standby=lambda leader: None)
+        await asyncio.sleep(TTL * 4)
+        held = await leadership.current_leader(store)  # type: ignore[arg-type]
+        await leader.resign()
+        return store.hung, leader.lost.is_set(), held
+
+    hung, lost, held = asyncio.run(scenario())
+    assert hung
+    assert not lost
+    assert held == "a:1"

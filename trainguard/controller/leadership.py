@@ -106,20 +106,25 @@ class Leadership:
                 return
 
     async def _keep(self) -> None:
+        # Each call is bounded and a failed one is retried soon: a call that hangs (a member
+        # back up but still electing its leader) must not let the lease run out while a retry
+        # would be answered. Worst case from a keep-alive to the next: 1/3 + 1/4 + 1/10 TTL.
+        call_timeout = self._ttl / 4
         unreachable = False
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            await asyncio.sleep(self._ttl / 10 if unreachable else self._ttl / 3)
             try:
-                await self._store.keep_alive(self._lease)
+                await asyncio.wait_for(self._store.keep_alive(self._lease), call_timeout)
             except kv.LeaseLostError as error:
                 self.lost_reason = (f"its lease ended ({error}): another controller may lead "
                                     "now")
                 self.lost.set()
                 return
-            except kv.UnavailableError as error:
+            except (kv.UnavailableError, TimeoutError) as error:
                 if not unreachable:
                     logger.warning("the store cannot be reached to keep the leadership (%s): "
-                                   "leading on while no one else can take over", error)
+                                   "leading on while no one else can take over",
+                                   error or f"no answer within {call_timeout:.2f} s")
                 unreachable = True
                 continue
             if unreachable:
