@@ -63,6 +63,7 @@ from trainguard.detect import heartbeat
 from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
+from trainguard.faults.node import node_faults
 from trainguard.ipc import checkpoint_layout
 from trainguard.job import events
 from trainguard.proto import channel, control_pb2, grpc_channel
@@ -86,7 +87,6 @@ STORE_NAME = "state.db"
 LIVE_INTERVAL = 1.0  # seconds between updates of the live document and the metrics' rank view
 SNAPSHOT_REVIEW_INTERVAL = 2.0  # seconds between reviews of the snapshot interval
 CHECKPOINT_BEHIND_EXIT_CODE = 3
-NODE_UNHEALTHY_EXIT = 4  # the node document said UnHealthy: stopped with a dying checkpoint
 CONTROLLER_LINK_TIMEOUT = 10.0  # seconds for this host's agent to first report to the controller
 """The exit code of a job that succeeded while its checkpoint on disk is behind its state in
 memory (the checkpoint directory filled up or turned read-only): the run is not done as far as
@@ -368,7 +368,8 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
             record=events_recorder.record, publish=events_recorder.publish, clock=clock,
             # One host: nothing takes its ranks, so it stops with a dying checkpoint. (Across
             # hosts the controller reads the node document.)
-            node_unhealthy=(lambda why: driver.request_stop(why, exit_code=NODE_UNHEALTHY_EXIT))
+            node_unhealthy=(lambda why: driver.request_stop(
+                why, exit_code=node_faults.UNHEALTHY_EXIT_CODE))
             if joined is None else lambda why: None)
     except host_detectors.DetectorSettingsError as error:
         raise LaunchError(f"--{error}") from error

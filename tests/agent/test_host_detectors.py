@@ -26,9 +26,10 @@ def test_training_interfaces_are_read_with_the_devices_each_serves() -> None:
     ({"storage_mounts": "relative/path"}, "storage-mounts: "),
     ({"switch_source": "hccs"}, "switch-source must be one of none, sim, nvlink"),
     ({"device_backend": "tpu"}, "device-backend must be one of sim, nvml, npu"),
+    ({"bmc_period": 0}, "bmc-period must be > 0 seconds, got 0"),
 ])
 def test_a_setting_that_cannot_be_used_is_refused_naming_its_flag(
-        fields: dict[str, str], message: str) -> None:
+        fields: dict[str, object], message: str) -> None:
     with pytest.raises(host_detectors.DetectorSettingsError) as refused:
         host_detectors.DetectorSettings(**fields)  # type: ignore[arg-type]
     assert str(refused.value).startswith(message)

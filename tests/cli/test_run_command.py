@@ -219,6 +219,7 @@ def test_bad_environment_value_names_the_variable(script: Path,
     (["--spare-devices", "-1"], "spare-devices must be >= 0, got -1"),
     (["--leave-timeout", "-1"], "leave-timeout must be > 0 seconds, got -1.0"),
     (["--leave-timeout", "0"], "leave-timeout must be > 0 seconds, got 0.0"),
+    (["--bmc-period", "0"], "bmc-period must be > 0 seconds, got 0.0"),
     (["--snapshot-every", "0"], "snapshot-every must be 'auto' or a number of steps >= 1, "
                                 "got '0'"),
     (["--snapshot-every", "often"], "snapshot-every must be 'auto' or a number of steps"),

@@ -196,3 +196,38 @@ def test_an_agent_on_another_clock_has_its_times_taken_onto_the_controllers() ->
     started, stepping, detected, occurred = asyncio.run(scenario())
     for got, agent_time in ((started, 5.0), (stepping, 9.0), (detected, 20.5), (occurred, 20.25)):
         assert got - agent_time == pytest.approx(ahead, abs=0.5)
+
+
+def test_a_fenced_host_counts_as_gone_at_once_and_is_dismissed_through_its_open_channel(
+        ) -> None:
+    async def scenario() -> None:
+        agent = FakeAgent()
+        proxy, serving = await _connected(agent)
+        proxy.fence("node host-a is UnHealthy: Power Supply 81 08000001 (SeparateFault)")
+        assert isinstance(await proxy.wait_gone(), agent_proxy.HostFencedError)
+        with pytest.raises(agent_proxy.AgentCommandError, match="is UnHealthy"):
+            await proxy.stop_workers()  # nothing else is asked of it
+        end = pb.EndJob(exit_code=4, outcome="stopped", reason="its node is UnHealthy")
+        assert await proxy.dismiss(end, timeout=5)
+        assert agent.calls == [("stop", None)]
+        assert await asyncio.wait_for(serving, 5) == end
+        await proxy.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_fenced_host_that_does_not_answer_is_left_after_the_timeout() -> None:
+    async def scenario() -> None:
+        agent_end, controller_end = channel.in_process_pair()
+        proxy = agent_proxy.AgentProxy(controller_end)
+        link_agent: Any = FakeAgent()
+        link = controller_link.ControllerLink(link_agent, agent_end, host="host-a")
+        link._send(pb.Envelope(report=link._report()))  # it reports, then says nothing more
+        await proxy.connect(timeout=5)
+        proxy.fence("node host-a is UnHealthy")
+        started = time.monotonic()
+        assert not await proxy.dismiss(pb.EndJob(exit_code=4), timeout=0.2)
+        assert time.monotonic() - started < 2
+        await proxy.close()
+
+    asyncio.run(scenario())

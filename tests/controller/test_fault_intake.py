@@ -12,10 +12,12 @@ import pytest
 
 from tests.controller.test_controller_job_controller import FakeClock
 from trainguard.controller import fault_intake, job_controller
+from trainguard.controller.device_reports import NODE_INFO
 from trainguard.controller.fault_centre.api import JobPlacement
 from trainguard.controller.fault_centre.centre import FaultCentre
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
+from trainguard.faults.node import node_faults
 from trainguard.store import sqlite_kv, trailing
 
 UCE = "80E01801"
@@ -132,5 +134,50 @@ def test_separation_moves_the_rank_survives_a_successor_and_release_checks_its_d
             assert "host-a/device-1" not in successor.intake.centre.manual.separated
         finally:
             await store.close()
+
+    asyncio.run(scenario())
+
+
+def _node_document(*alarms: node_faults.NodeFaultDevice) -> str:
+    """host-a's node document as its agent sends it (the ConfigMap's data, as JSON)."""
+    info = node_faults.node_info(alarms, table=node_faults.NodeCodeTable.from_document(
+        {"FaultTypeCode": {"NotHandleFaultCodes": ["00000001"], "PreSeparateFaultCodes": [],
+                           "SeparateFaultCodes": ["08000001"]}})[0] or pytest.fail("table"))
+    return json.dumps({"NodeInfo": json.dumps(info.to_data())})
+
+
+def test_a_node_that_comes_to_say_unhealthy_is_told_once_until_it_is_healthy_again(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        cluster = Cluster(_open(tmp_path))
+        told: list[tuple[str, str]] = []
+        cluster.intake.on_node_unhealthy = lambda node, why: told.append((node, why))
+        power = node_faults.NodeFaultDevice("Power Supply", 81, ("08000001",))
+        minor = node_faults.NodeFaultDevice("CPU", 1, ("00000001",))
+        for alarms in ((minor,), (minor, power), (power,), (), (power,)):
+            cluster.intake.host_documents("host-a", {NODE_INFO: _node_document(*alarms)})
+            if alarms == (power,) and len(told) == 1:
+                assert cluster.intake.unhealthy("host-a") == told[0][1]
+        why = "node host-a is UnHealthy: Power Supply 81 08000001 (SeparateFault)"
+        assert told == [("host-a", "node host-a is UnHealthy: CPU 1 00000001 (NotHandleFault); "
+                                   "Power Supply 81 08000001 (SeparateFault)"), ("host-a", why)]
+        assert cluster.intake.unhealthy("host-a") == why
+        assert cluster.intake.unhealthy("host-b") is None
+
+    asyncio.run(scenario())
+
+
+def test_a_node_document_that_cannot_be_read_tells_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        cluster = Cluster(_open(tmp_path))
+        told: list[str] = []
+        cluster.intake.on_node_unhealthy = lambda node, why: told.append(why)
+        cluster.intake.host_documents("host-a", {NODE_INFO: '{"NodeInfo": "{not json"}'})
+        document = json.loads(json.loads(_node_document(
+            node_faults.NodeFaultDevice("Power Supply", 81, ("08000001",))))["NodeInfo"])
+        document["CheckCode"] = "0" * 64  # edited after it was signed
+        cluster.intake.host_documents("host-a", {NODE_INFO: json.dumps(document)})
+        assert told == []
+        assert cluster.intake.unhealthy("host-a") is None
 
     asyncio.run(scenario())

@@ -89,8 +89,10 @@ class Cluster:
         return self.controller
 
     def host(self, node: int | None, *args: str, job: str = "job", nnodes: int | str = 2,
-             endpoint: str | None = None, prefix: tuple[str, ...] = ()) -> Job:
-        """``trainguard run`` for node ``node`` (None: the controller assigns one)."""
+             endpoint: str | None = None, prefix: tuple[str, ...] = (),
+             env: dict[str, str] | None = None) -> Job:
+        """``trainguard run`` for node ``node`` (None: the controller assigns one), with
+        ``env`` over this process's environment."""
         if endpoint is None:
             assert self.controller is not None, "start the controller first"
             endpoint = self.controller.endpoint
@@ -101,7 +103,7 @@ class Cluster:
         host = Job(["--nnodes", str(nnodes), *placement, "--rdzv-endpoint", endpoint,
                     *self.host_access, *name, *args],
                    run_root=self.run_root, run_id=job, cwd=self.root, node=node,
-                   prefix=prefix)
+                   prefix=prefix, env=env)
         self.hosts.append(host)
         return host
 

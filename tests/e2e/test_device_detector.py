@@ -7,13 +7,13 @@ refused, saying why; the host's device document is kept in the run's store."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.bmc import FakeBmc
 from tests.e2e.jobs import SCRIPTS, Job, Start
 from trainguard.store import sqlite
 
@@ -75,38 +75,15 @@ def test_device_faults_from_the_detector_move_or_restart_the_rank_on_the_device(
     assert listed["huawei.com/Ascend910-Unhealthy"] == "Ascend910-1"
 
 
-SEL = """SEL Record ID          : 0002
- Record Type           : 02
- Timestamp             : 03/02/2026 09:40:51
- Generator ID          : 0020
- EvM Revision          : 04
- Sensor Type           : Power Supply
- Sensor Number         : 51
- Event Type            : Sensor-specific Discrete
- Event Direction       : Assertion Event
- Event Data            : 01ffff
- Description           : Failure detected
-"""
-
-
 def test_a_node_alarm_at_separate_fault_stops_a_one_host_job_saying_why(
         run_job: Start, tmp_path: Path) -> None:
     """The BMC (an ipmitool on PATH that prints a power supply failure, 08000001) raises an
     alarm the operator's NodeDConfiguration.json grades SeparateFault: the node is UnHealthy,
     and on one host nothing can take its ranks, so the job stops with exit code 4."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    ipmitool = bin_dir / "ipmitool"
-    ipmitool.write_text(f"#!/bin/sh\ncat <<'SEL'\n{SEL}SEL\n")
-    ipmitool.chmod(0o755)
-    config = tmp_path / "fault-config"
-    config.mkdir()
-    (config / "NodeDConfiguration.json").write_text(json.dumps({"FaultTypeCode": {
-        "NotHandleFaultCodes": [], "PreSeparateFaultCodes": [],
-        "SeparateFaultCodes": ["08000001"]}}))
-    job = run_job("--nproc-per-node", "2", "--fault-config-dir", str(config),
+    bmc = FakeBmc(tmp_path)
+    job = run_job("--nproc-per-node", "2", "--fault-config-dir", str(bmc.config),
                   str(SCRIPTS / "inprocess_job.py"), "--steps", "400", "--step-sleep", "0.1",
-                  env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+                  env={"PATH": bmc.path})
 
     assert job.wait() == 4, job.output()
     (finished,) = job.events("job-finished")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.bmc import FakeBmc
 from tests.e2e.hosts import Cluster
 from tests.e2e.jobs import Job, clean_digest_of
 from tests.hosts.netns import HostNetwork, require_netns
@@ -30,14 +31,15 @@ def clean_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _started(cluster: Cluster, tmp_path: Path, *, prefixes: tuple[tuple[str, ...], ...] = (
-        (), (), ())) -> list[Job]:
+        (), (), ()), extra: tuple[str, ...] = (), envs: tuple[dict[str, str] | None, ...] = (
+        None, None, None)) -> list[Job]:
     """Nodes 0 and 1 (2 ranks each) and one spare, running JOB. A host that loses the
     controller looks for its successor for 5 s."""
     common = ["--nproc-per-node", "2", "--max-restarts", "2", "--rdzv-conf",
-              "controller_wait=5"]
+              "controller_wait=5", *extra]
     output = ["--output", str(tmp_path / "sha")]
-    return [cluster.host(node, *common, *JOB, *output, nnodes="2:3", prefix=prefix)
-            for node, prefix in enumerate(prefixes)]
+    return [cluster.host(node, *common, *JOB, *output, nnodes="2:3", prefix=prefix, env=env)
+            for node, (prefix, env) in enumerate(zip(prefixes, envs, strict=True))]
 
 
 def _status(endpoint: str) -> dict[str, Any]:
@@ -78,6 +80,36 @@ def test_a_host_killed_whole_moves_its_ranks_to_the_spare(
     assert started[-1]["kept_processes"] == 2, "the other host keeps its processes"
     assert "this spare host takes node" in hosts[2].output()
     assert "spare host" in controller.output()
+
+
+def test_a_host_whose_node_turns_unhealthy_leaves_and_the_spare_takes_its_ranks(
+        cluster: Cluster, tmp_path: Path, clean_digest: str) -> None:
+    """Host 1's BMC raises a power supply failure (SeparateFault) mid-run: its node document
+    says UnHealthy, and the controller moves its ranks to the spare as for a lost host, though
+    it lives; host 1 stops its workers and exits with code 4, saying why, and may not join
+    again while its node is UnHealthy. The job ends bitwise identical, 0 steps lost."""
+    bmc = FakeBmc(tmp_path, failed=False)
+    controller = cluster.start_controller()
+    hosts = _started(cluster, tmp_path, extra=(
+        "--fault-config-dir", str(bmc.config), "--bmc-period", "0.5"),
+        envs=(None, {"PATH": bmc.path}, None))
+    _training(hosts[0])
+    bmc.fail()
+    assert hosts[1].wait() == 4, hosts[1].output()
+    assert [hosts[0].wait(), hosts[2].wait()] == [0, 0], hosts[0].output() + hosts[2].output()
+    assert (tmp_path / "sha").read_text() == clean_digest, "not bitwise identical"
+    why = "node host-1 is UnHealthy: Power Supply 81 08000001 (SeparateFault)"
+    fault, = controller.events("job", "fault-detected")
+    assert (fault["fault_kind"], fault["rank"]) == ("host-lost", 2)
+    assert why in fault["detail"]
+    recovery, = controller.events("job", "recovery-completed")
+    assert recovery["steps_lost"] == 0
+    assert "this spare host takes node 1's ranks" in hosts[2].output()
+    assert "stopped: node host-1 is UnHealthy" in hosts[1].output()  # its summary's outcome
+    again = cluster.host(1, "--nproc-per-node", "2", "--node-name", "host-1", *JOB,
+                         nnodes="2:3")
+    assert again.wait(60) != 0
+    assert f"may not join job job: {why}" in again.output()
 
 
 def test_without_a_spare_a_lost_host_fails_the_job_after_the_stated_wait(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from importlib import resources
 from random import Random
 
@@ -244,3 +245,31 @@ def test_the_node_status_is_that_of_the_most_serious_code_whatever_the_order(
     shuffled = list(devices)
     rng.shuffle(shuffled)
     assert node_info(shuffled, table=TABLE).node_status is info.node_status
+
+
+def test_a_node_document_read_back_is_the_one_written_and_says_why_it_is_unhealthy() -> None:
+    info = node_info([NodeFaultDevice("Power Supply", 81, (SEPARATE, NOT_HANDLE))], table=TABLE)
+    data = info.to_data()["NodeInfo"]
+    assert isinstance(data, dict)
+    assert NodeInfo.from_data(json.loads(json.dumps(data))) == info
+    assert info.describe("n1") == (f"node n1 is UnHealthy: Power Supply 81 {SEPARATE},"
+                                   f"{NOT_HANDLE} (SeparateFault)")
+    assert node_info([], table=TABLE).describe("n1") == "node n1 is Healthy"
+
+
+@pytest.mark.parametrize(("info", "message"), [
+    ({"NodeStatus": "Healthy"}, "NodeInfo: field 'FaultDevList' must be a list, got NoneType"),
+    ({"FaultDevList": [], "NodeStatus": 1}, "NodeInfo: field 'NodeStatus' must be a string"),
+    ({"FaultDevList": [], "NodeStatus": "Dead"}, "'Dead' is not a valid NodeStatus"),
+    ({"FaultDevList": [3], "NodeStatus": "Healthy"}, "NodeInfo.FaultDevList[0] must be a JSON"),
+    ({"FaultDevList": [{"DeviceType": "CPU", "DeviceId": True, "FaultCode": [],
+                        "FaultLevel": "SeparateFault"}], "NodeStatus": "UnHealthy"},
+     "NodeInfo.FaultDevList[0]: field 'DeviceId' must be an integer, got bool"),
+    ({"FaultDevList": [{"DeviceType": "CPU", "DeviceId": 1, "FaultCode": [7],
+                        "FaultLevel": "SeparateFault"}], "NodeStatus": "UnHealthy"},
+     "NodeInfo.FaultDevList[0]: field 'FaultCode' must be a list of strings"),
+])
+def test_a_node_document_that_cannot_be_read_back_names_its_field(info: dict[str, object],
+                                                                  message: str) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        NodeInfo.from_data(info)

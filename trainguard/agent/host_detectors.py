@@ -67,6 +67,9 @@ class DetectorSettings:
     node_health: bool = True
     """Watch the node (D6): BMC alarms through ipmitool when present, host memory and disk,
     published as mindx-dl-nodeinfo-<node>."""
+    bmc_period: float = 60.0
+    """Seconds between two reads of the BMC's alarms (> 0); 60 as the original's NodeD. A
+    change is reported within a second of the read that finds it."""
 
     def __post_init__(self) -> None:
         if self.device_backend not in registry.BACKENDS:
@@ -77,6 +80,8 @@ class DetectorSettings:
             raise DetectorSettingsError(
                 f"switch-source must be one of {', '.join(SWITCH_SOURCES)}, got "
                 f"{self.switch_source!r}")
+        if not self.bmc_period > 0:
+            raise DetectorSettingsError(f"bmc-period must be > 0 seconds, got {self.bmc_period}")
         self.interfaces()
         self.mounts()
 
@@ -149,12 +154,11 @@ def build(settings: DetectorSettings, *, node: str, job: str, devices: int,
             watch.node_document(report.document_name, report.info)
             if report.info.node_status is NodeStatus.UNHEALTHY and not told:
                 told = True
-                node_unhealthy(f"node {node} is UnHealthy: " + "; ".join(
-                    f"{device.device_type} {device.device_id} {','.join(device.fault_codes)} "
-                    f"({device.fault_level})" for device in report.info.fault_devices))
+                node_unhealthy(report.info.describe(node))
 
-        host = node_detector.NodeDetector(node_detector.NodeSettings(node), clock=clock,
-                                          on_report=reported, table=node_table)
+        host = node_detector.NodeDetector(
+            node_detector.NodeSettings(node, bmc_period=settings.bmc_period), clock=clock,
+            on_report=reported, table=node_table)
         watch.add(device_watch.Detector("node", host.run, lambda: host.status))
     source = _switch_source(settings, clock)
     if source is not None:

@@ -23,13 +23,19 @@ from trainguard.proto import channel as channels
 from trainguard.proto import codec, versioned
 from trainguard.proto import control_pb2 as pb
 
-__all__ = ["AgentCommandError", "AgentProxy", "GenerationView", "RestoreInfo", "WorkerInfo"]
+__all__ = ["AgentCommandError", "AgentProxy", "GenerationView", "HostFencedError", "RestoreInfo",
+           "WorkerInfo"]
 
 logger = logging.getLogger(__name__)
 
 
 class AgentCommandError(RuntimeError):
     """The agent failed while carrying out a command, or went away before answering."""
+
+
+class HostFencedError(RuntimeError):
+    """The controller took this host out of its job while it lives (its node is UnHealthy):
+    it counts as gone, and its run is ended (:meth:`AgentProxy.dismiss`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,6 +262,27 @@ class AgentProxy:
         """Why the agent's channel ended, once it has."""
         return self._gone
 
+    def fence(self, why: str) -> None:
+        """Count this host as gone from now on, for ``why``, though it lives: whoever waits on
+        it hears so at once (its ranks are lost with it), and nothing more is asked of it but
+        :meth:`dismiss`. The channel stays open for that."""
+        self._lost(HostFencedError(why))
+
+    async def dismiss(self, end: pb.EndJob, *, timeout: float) -> bool:
+        """Stop a fenced host's workers and end its run with ``end``; whether it acknowledged
+        both within ``timeout`` seconds (a host that did not is left to its own end: it exits
+        once it finds no controller that takes it back)."""
+        assert isinstance(self._gone, HostFencedError), "fence first"
+        try:
+            async with asyncio.timeout(timeout):
+                await self._exchange(stop_workers=pb.StopWorkers())
+                await self._exchange(end_job=end)
+        except (TimeoutError, AgentCommandError, process.RecoveryError) as error:
+            logger.warning("host %s did not end its run when told: %s", self.host,
+                           error or f"no answer within {timeout:g} s")
+            return False
+        return True
+
     async def wait_gone(self) -> BaseException:
         """Until the agent's channel ends; returns why."""
         await self._ended.wait()
@@ -311,6 +338,12 @@ class AgentProxy:
         """
         if self._gone is not None:
             raise AgentCommandError(f"the agent is gone: {self._gone}")
+        return await self._exchange(**kind)
+
+    async def _exchange(self, **kind: Any) -> pb.Ack:
+        """:meth:`_command`, asked of an agent whether or not it counts as gone."""
+        if self._reader is not None and self._reader.done():
+            raise AgentCommandError(f"the agent's channel has ended: {self._gone}")
         command = pb.Command(id=next(self._ids), **kind)
         answered: asyncio.Future[pb.Ack] = asyncio.get_running_loop().create_future()
         self._pending[command.id] = answered

@@ -16,7 +16,8 @@ the job on its host, if one runs there (it records it).
 Out: deliveries to the jobs; a separated device is a ManuallySeparateNPU fault of the job on it
 (its rank moves, and no later generation of that job uses it), and so is a separated device in
 a job placed later; a relation rule's Separate isolates every device the job has on that node
-(its ranks move); SubHealth is logged only; the cluster documents go to the store as
+(its ranks move); a node document that comes to say UnHealthy is told to the controller (which
+takes the host out of its job); SubHealth is logged only; the cluster documents go to the store as
 ``documents/<name>`` (the document's data map, as JSON), and the centre's state as
 ``fault-centre`` (a successor controller restores it: manual separations survive).
 """
@@ -41,6 +42,8 @@ from trainguard.faults import levels
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
+from trainguard.faults.node import node_faults
+from trainguard.faults.node.switch_faults import NodeStatus
 from trainguard.proto import control_pb2 as pb
 from trainguard.store import kv, trailing
 
@@ -113,6 +116,9 @@ class FaultIntake:
         self._placed: dict[str, JobPlacement] = {}
         self._relations_acted: set[tuple[str, str]] = set()
         self._state = b""
+        self.on_node_unhealthy: Callable[[str, str], None] | None = None
+        """Told ``(node, why)`` when a host's node document comes to say UnHealthy."""
+        self._unhealthy: dict[str, str] = {}
 
     # --- input ------------------------------------------------------------------------------
 
@@ -149,6 +155,32 @@ class FaultIntake:
                 node_info=parsed.get(node_documents.NODE_INFO_PREFIX))
         except node_documents.DocumentError as error:
             logger.warning("the documents of %s are refused: %s", node, error)
+            return
+        root = parsed.get(node_documents.NODE_INFO_PREFIX)
+        if isinstance(root, dict):
+            self._node_status(node, root)
+
+    def unhealthy(self, node: str) -> str | None:
+        """Why ``node`` is UnHealthy, as its last node document says; None while it is not."""
+        return self._unhealthy.get(node)
+
+    def _node_status(self, node: str, document: Mapping[str, object]) -> None:
+        info = document.get("NodeInfo")
+        try:
+            status = node_faults.NodeInfo.from_data(info if isinstance(info, dict) else {})
+        except ValueError as error:
+            logger.warning("%s%s is refused: %s", node_documents.NODE_INFO_PREFIX, node, error)
+            return
+        if status.node_status is not NodeStatus.UNHEALTHY:
+            if self._unhealthy.pop(node, None) is not None:
+                logger.warning("node %s is %s again", node, status.node_status)
+            return
+        if node in self._unhealthy:
+            return
+        why = self._unhealthy[node] = status.describe(node)
+        logger.warning("%s", why)
+        if self.on_node_unhealthy is not None:
+            self.on_node_unhealthy(node, why)
 
     # --- the operator -----------------------------------------------------------------------
 

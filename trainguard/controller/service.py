@@ -59,6 +59,7 @@ from trainguard.controller import (
 from trainguard.controller.fault_centre.api import JobPlacement
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
+from trainguard.faults.node import node_faults
 from trainguard.faults.public import public_faults
 from trainguard.job import events
 from trainguard.proto import channel as channels
@@ -79,6 +80,8 @@ __all__ = ["REGISTER_TIMEOUT", "ControllerService", "JoinError", "recovery_from_
 logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
+DISMISS_TIMEOUT = 30.0
+"""Seconds a host taken out of its job (its node UnHealthy) has to stop its workers and end."""
 DOCUMENT_POLL = 1.0  # seconds between looks at the public fault documents
 LEVEL_SWEEP = 1.0  # seconds between evaluations of the levels time alone changes
 STORE_NAME = "state.db"
@@ -347,6 +350,7 @@ class ControllerService:
                 clock=self._clock, placements=self._placements, job_on=self._job_on,
                 devices_of=reports.devices)
             reports.on_documents = intake.host_documents
+            intake.on_node_unhealthy = self._fence_hosts
             for writer, name in ((nodes, "node-documents"), (centre, "fault-centre-documents")):
                 writing = asyncio.create_task(writer.run(), name=f"trainguard-{name}")
                 self._held.callback(writing.cancel)
@@ -454,6 +458,18 @@ class ControllerService:
                 return job.controller
         return None
 
+    def _fence_hosts(self, node: str, why: str) -> None:
+        """``node`` is UnHealthy: its host leaves every job it serves, as a lost host would
+        (its ranks go to a spare, or the job goes on as the loss of a host allows), and its
+        run ends with :data:`~trainguard.faults.node.node_faults.UNHEALTHY_EXIT_CODE`."""
+        for job in list(self._jobs.values()):
+            proxies = {*job.hosts.values(), *job.spares.waiting(),
+                       *(job.agents.hosts.values() if job.agents is not None else ())}
+            for proxy in proxies:
+                if proxy.host == node and proxy.gone is None and not job.ended.is_set():
+                    logger.warning("host %s leaves job %s: %s", node, job.first.job, why)
+                    proxy.fence(why)
+
     def _level_changed(self, health: device_health.DeviceHealth) -> None:
         """A level changed with time alone: to the job on the device's host, if one runs."""
         if self._intake is not None:
@@ -494,6 +510,10 @@ class ControllerService:
             return
         job = self._jobs.setdefault(register.job, _ClusterJob(register))
         try:
+            unhealthy = self._intake.unhealthy(register.host) if self._intake else None
+            if unhealthy is not None:
+                raise JoinError(f"host {register.host} may not join job {register.job}: "
+                                f"{unhealthy}")
             place, spare = job.admit(register)
         except JoinError as error:
             logger.warning("refused: %s", error)
@@ -535,6 +555,12 @@ class ControllerService:
             if proxy.gone is not None and not job.ended.is_set():
                 logger.warning("host %s (place %d of job %s) is gone: %s", register.host,
                                place, register.job, proxy.gone)
+            if isinstance(proxy.gone, agent_proxy.HostFencedError):
+                await proxy.dismiss(pb.EndJob(
+                    exit_code=node_faults.UNHEALTHY_EXIT_CODE,
+                    outcome=str(events.JobOutcome.STOPPED),
+                    reason=f"{proxy.gone}: this host left job {register.job}"),
+                    timeout=DISMISS_TIMEOUT)
         finally:
             job.release(place)
             await proxy.close()

@@ -26,12 +26,14 @@ import json
 import string
 from collections.abc import Iterable, Mapping
 from importlib import resources
+from typing import Any
 
 from trainguard.faults import go_json
 from trainguard.faults.config_problems import Action, ConfigProblem
 from trainguard.faults.node.switch_faults import NodeStatus
 
 __all__ = [
+    "UNHEALTHY_EXIT_CODE",
     "FaultDevice",
     "NodeCodeTable",
     "NodeFaultDevice",
@@ -41,7 +43,13 @@ __all__ = [
     "node_info",
 ]
 
+UNHEALTHY_EXIT_CODE = 4
+"""A host's exit code when it stopped because its node is UnHealthy: on one host the job
+stops with a dying checkpoint; across hosts the controller moves the host's ranks away and
+ends its run."""
+
 _SECTION = "FaultTypeCode"
+_KINDS = {list: "a list", str: "a string", int: "an integer"}
 _HEX = frozenset(string.hexdigits)
 
 
@@ -187,6 +195,40 @@ class NodeInfo:
 
     def to_data(self) -> dict[str, object]:
         return {"NodeInfo": self._node_info_data(), "CheckCode": self.check_code}
+
+    @classmethod
+    def from_data(cls, info: Mapping[str, object]) -> NodeInfo:
+        """The ``NodeInfo`` part of a node document read back (its CheckCode checked before).
+
+        Raises:
+            ValueError: a field is missing or has the wrong type or value; the message names it.
+        """
+        def field(data: Mapping[str, object], name: str, kind: type, where: str) -> Any:
+            value = data.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"{where}: field {name!r} must be {_KINDS[kind]}, got "
+                                 f"{type(value).__name__}")
+            return value
+
+        devices = []
+        for number, entry in enumerate(field(info, "FaultDevList", list, "NodeInfo")):
+            where = f"NodeInfo.FaultDevList[{number}]"
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"{where} must be a JSON object")
+            codes = field(entry, "FaultCode", list, where)
+            if not all(isinstance(code, str) for code in codes):
+                raise ValueError(f"{where}: field 'FaultCode' must be a list of strings")
+            devices.append(FaultDevice(
+                field(entry, "DeviceType", str, where), field(entry, "DeviceId", int, where),
+                tuple(codes), NodeFaultLevel(field(entry, "FaultLevel", str, where))))
+        return cls(tuple(devices), NodeStatus(field(info, "NodeStatus", str, "NodeInfo")))
+
+    def describe(self, node: str) -> str:
+        """The node's status and the alarms behind it, for a log or a job's end."""
+        alarms = "; ".join(f"{device.device_type} {device.device_id} "
+                           f"{','.join(device.fault_codes)} ({device.fault_level})"
+                           for device in self.fault_devices)
+        return f"node {node} is {self.node_status}" + (f": {alarms}" if alarms else "")
 
     def _node_info_data(self) -> dict[str, object]:
         return {"FaultDevList": [device.to_data() for device in self.fault_devices],
