@@ -439,3 +439,62 @@ def test_parse_file_of_a_file_not_in_utf8(tmp_path: Path) -> None:
 
     assert loaded is None
     assert problems[0].message.startswith("not valid JSON")
+
+
+# --- the fault centre's files --------------------------------------------------------------
+
+RULES = [{"TriggerFault": "8C1F860B", "RelationFaults": ["81078603"],
+          "FaultStrategy": "SubHealth"}]
+DURATIONS = [{"FaultCode": "81078603", "FaultType": "faultDevice", "TimeOutInterval": 60}]
+POLICY = """enabled: true
+separate:
+  fault_window_hours: 12
+  fault_threshold: 2
+release:
+  fault_free_hours: -1
+"""
+
+
+def test_the_fault_centres_files_take_effect_and_are_read_again(directory: Directory) -> None:
+    directory.write(ConfigKind.RELATION_FAULTS, RULES)
+    directory.write(ConfigKind.FAULT_DURATION, DURATIONS)
+    directory.write(ConfigKind.SEPARATION_POLICY, POLICY)
+    config = FaultConfigDirectory(directory.path)
+
+    assert config.poll() == (False, [])
+    relation = config.config.relation
+    assert [(r.trigger, r.strategy) for r in relation.rules] == [("8C1F860B", "SubHealth")]
+    timeout = relation.timeout_of("81078603")
+    assert timeout is not None
+    assert timeout.timeout == 60
+    policy = config.config.separation
+    assert (policy.fault_window_hours, policy.fault_threshold, policy.fault_free) == (12, 2, None)
+
+    directory.write(ConfigKind.SEPARATION_POLICY, POLICY.replace("threshold: 2", "threshold: 5"))
+    assert config.poll() == (True, [])
+    assert config.config.separation.fault_threshold == 5
+    assert config.config.relation == relation
+
+
+def test_a_fault_centre_file_refused_keeps_what_was_in_force(directory: Directory) -> None:
+    directory.write(ConfigKind.SEPARATION_POLICY, "separate: [unclosed")
+    directory.write(ConfigKind.FAULT_DURATION, {"FaultCode": "81078603"})
+    config = FaultConfigDirectory(directory.path)
+
+    changed, problems = config.poll()
+    assert changed is False
+    assert sorted((Path(p.file).name, p.message.split(" (")[0], p.action) for p in problems) == [
+        ("faultDuration.json", "not a JSON list", Action.DEFAULT_USED),
+        ("manually_separate_policy.conf", "not valid YAML", Action.DEFAULT_USED)]
+    assert config.config == fault_config.FaultConfig()
+
+    directory.write(ConfigKind.RELATION_FAULTS, RULES)
+    config.poll()
+    good = config.config.relation_rules
+    directory.write(ConfigKind.RELATION_FAULTS, [{**RULES[0], "FaultStrategy": "Isolate"}])
+    changed, problems = config.poll()
+    assert changed is False
+    (problem,) = problems
+    assert (problem.entry, problem.field, problem.action) == (
+        "[0]", "FaultStrategy", Action.KEPT_LAST_GOOD)
+    assert config.config.relation_rules == good

@@ -68,9 +68,12 @@ def controller(
              "sender), public-fault-sender (public faults as its listed resources). Needed "
              "with TLS.", envvar="TRAINGUARD_ACCESS_FILE", dir_okay=False)] = None,
     fault_config_dir: Annotated[Path | None, typer.Option(
-        help="A directory with publicFaultConfiguration.json or publicCustomization.json (a "
-             "symbolic link refused): public fault codes' levels and the allowed senders, "
-             "re-read when they change. Default: the shipped ones, the original's.",
+        help="A directory of the original's fault configuration files, each re-read when it "
+             "changes: publicFaultConfiguration.json or publicCustomization.json (a symbolic "
+             "link refused; public fault codes' levels and the allowed senders), and the fault "
+             "centre's relationFaultCustomization.json, faultDuration.json and "
+             "manually_separate_policy.conf (YAML). A file absent: the shipped one, the "
+             "original's.",
         exists=True, file_okay=False)] = None,
     insecure: Annotated[bool, typer.Option(
         "--insecure", help="Serve plain text: anyone on the network can read the traffic, "

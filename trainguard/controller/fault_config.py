@@ -1,8 +1,10 @@
 """The fault configuration files an operator brings, read from a directory and re-read on change.
 
 The files and their formats are the original's, unchanged (NOTES §2): ``faultCode.json``,
-``faultCustomization.json``, ``SwitchFaultCode.json``, ``NodeDConfiguration.json`` and
-``publicFaultConfiguration.json`` (overridden by ``publicCustomization.json``). A file that is
+``faultCustomization.json``, ``SwitchFaultCode.json``, ``NodeDConfiguration.json``,
+``publicFaultConfiguration.json`` (overridden by ``publicCustomization.json``), and the
+controller's fault centre's ``relationFaultCustomization.json``, ``faultDuration.json`` and
+``manually_separate_policy.conf`` (YAML, as ClusterD's ConfigMap holds it). A file that is
 absent takes our shipped default, which is the original's. A bad entry is skipped or defaulted
 as the original does, and reported. A file that cannot be used at all (unreadable, not JSON, a
 symbolic link where one is refused) is reported too: at start it takes the default; later the
@@ -19,6 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from trainguard.controller.fault_centre import relation_config
+from trainguard.controller.fault_centre.separation_policy import SeparationPolicy
 from trainguard.faults.config_problems import Action, ConfigProblem
 from trainguard.faults.device import customization, fault_codes
 from trainguard.faults.node import node_faults, switch_faults
@@ -36,6 +42,9 @@ class ConfigKind(enum.StrEnum):
     NODED_CONFIGURATION = "NodeDConfiguration.json"
     PUBLIC_FAULT_CONFIGURATION = "publicFaultConfiguration.json"
     PUBLIC_CUSTOMIZATION = "publicCustomization.json"
+    RELATION_FAULTS = relation_config.RULES_FILE
+    FAULT_DURATION = relation_config.DURATION_FILE
+    SEPARATION_POLICY = "manually_separate_policy.conf"
 
 
 def kind_of(path: Path) -> ConfigKind | None:
@@ -59,6 +68,16 @@ class FaultConfig:
         default_factory=node_faults.default_node_table)
     public: public_faults.PublicFaultConfig = dataclasses.field(
         default_factory=public_faults.PublicFaultConfig.default)
+    relation_rules: tuple[relation_config.RelationRule, ...] = relation_config.RelationConfig(
+        ).rules
+    relation_timeouts: tuple[relation_config.RelationTimeout, ...] = (
+        relation_config.RelationConfig().timeouts)
+    separation: SeparationPolicy = dataclasses.field(default_factory=SeparationPolicy)
+
+    @property
+    def relation(self) -> relation_config.RelationConfig:
+        """The fault centre's relation rules and their timeouts, from their two files."""
+        return relation_config.RelationConfig(self.relation_rules, self.relation_timeouts)
 
 
 def _public(document: object, file: str
@@ -90,7 +109,15 @@ _PARSERS: dict[ConfigKind, _Parser] = {
         node_faults.NodeCodeTable.from_document(document, file=file)),
     ConfigKind.PUBLIC_FAULT_CONFIGURATION: _public,
     ConfigKind.PUBLIC_CUSTOMIZATION: _public,
+    ConfigKind.RELATION_FAULTS: lambda document, file: relation_config.rules_from_document(
+        document, file=file),
+    ConfigKind.FAULT_DURATION: lambda document, file: relation_config.timeouts_from_document(
+        document, file=file),
+    ConfigKind.SEPARATION_POLICY: lambda document, file: SeparationPolicy.from_document(
+        document, file=file),
 }
+_LISTS = frozenset({ConfigKind.RELATION_FAULTS, ConfigKind.FAULT_DURATION})
+"""The kinds whose document is a list, not an object."""
 
 
 def parse_file(path: Path, kind: ConfigKind) -> tuple[Any | None, list[ConfigProblem]]:
@@ -99,17 +126,28 @@ def parse_file(path: Path, kind: ConfigKind) -> tuple[Any | None, list[ConfigPro
     if kind is ConfigKind.PUBLIC_CUSTOMIZATION and path.is_symlink():
         return None, [ConfigProblem(file, "", "", "a symbolic link is refused for "
                                     "publicCustomization.json", Action.IGNORED)]
+    language = "YAML" if kind is ConfigKind.SEPARATION_POLICY else "JSON"
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        document = yaml.safe_load(text) if language == "YAML" else json.loads(text)
     except OSError as error:
         return None, [ConfigProblem(file, "", "", f"cannot be read ({error.strerror})",
                                     Action.IGNORED)]
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        return None, [ConfigProblem(file, "", "", f"not valid JSON ({error})", Action.IGNORED)]
-    if not isinstance(document, dict):
-        return None, [ConfigProblem(file, "", "", "not a JSON object", Action.IGNORED)]
-    loaded, problems = _PARSERS[kind](document, file)
-    return loaded, problems
+    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
+        return None, [ConfigProblem(file, "", "", f"not valid {language} ({_said(error)})",
+                                    Action.IGNORED)]
+    expected = (list, "a JSON list") if kind in _LISTS else (dict, f"a {language} mapping")
+    if not isinstance(document, expected[0]):
+        return None, [ConfigProblem(file, "", "", f"not {expected[1]}", Action.IGNORED)]
+    return _PARSERS[kind](document, file)
+
+
+def _said(error: Exception) -> str:
+    """A parser's error on one line (YAML's span several, with the text quoted)."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"{error.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return str(error)
 
 
 _FIELDS: dict[str, tuple[ConfigKind, ...]] = {
@@ -118,6 +156,9 @@ _FIELDS: dict[str, tuple[ConfigKind, ...]] = {
     "switch": (ConfigKind.SWITCH_FAULT_CODE,),
     "node": (ConfigKind.NODED_CONFIGURATION,),
     "public": (ConfigKind.PUBLIC_CUSTOMIZATION, ConfigKind.PUBLIC_FAULT_CONFIGURATION),
+    "relation_rules": (ConfigKind.RELATION_FAULTS,),
+    "relation_timeouts": (ConfigKind.FAULT_DURATION,),
+    "separation": (ConfigKind.SEPARATION_POLICY,),
 }
 """Each configuration in force, and the files it comes from, the first present one winning."""
 

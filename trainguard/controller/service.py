@@ -222,8 +222,9 @@ class ControllerSettings:
     security: grpc_security.ServerSecurity = dataclasses.field(kw_only=True)
     """How callers are authenticated, and what each may do."""
     fault_config_dir: Path | None = None
-    """A directory with publicFaultConfiguration.json or publicCustomization.json: the public
-    fault codes' levels and the allowed senders, re-read on change (None: the shipped ones)."""
+    """A directory of fault configuration files, re-read on change (None: the shipped ones):
+    the public faults' (levels, allowed senders) and the fault centre's (relation rules and
+    timeouts, the manual-separation policy)."""
     link_timeout: float = 120.0
     """Seconds an agent has to report once registered (it starts its standby process
     first, which imports torch)."""
@@ -350,6 +351,9 @@ class ControllerService:
                 clock=self._clock, placements=self._placements, job_on=self._job_on,
                 devices_of=reports.devices)
             reports.on_documents = intake.host_documents
+            if self._fault_config is not None:
+                config = self._fault_config.config
+                intake.centre.reconfigure(relation=config.relation, policy=config.separation)
             intake.on_node_unhealthy = self._fence_hosts
             for writer, name in ((nodes, "node-documents"), (centre, "fault-centre-documents")):
                 writing = asyncio.create_task(writer.run(), name=f"trainguard-{name}")
@@ -403,14 +407,18 @@ class ControllerService:
         return changed
 
     async def _poll_documents(self) -> None:
-        """Read the public fault documents as they appear or change, and the public fault
-        configuration when it changes, each second."""
+        """Read the public fault documents as they appear or change, and the fault
+        configuration (public faults, the fault centre's) when it changes, each second."""
         while True:
             try:
                 if await asyncio.to_thread(self._poll_fault_config):
                     assert self._fault_config is not None
-                    self.public_faults.reconfigure(self._fault_config.config.public)
-                    logger.info("public fault configuration re-read from %s",
+                    assert self._intake is not None
+                    config = self._fault_config.config
+                    self.public_faults.reconfigure(config.public)
+                    self._intake.centre.reconfigure(relation=config.relation,
+                                                    policy=config.separation)
+                    logger.info("fault configuration re-read from %s",
                                 self._fault_config.directory)
                 for _, result in await asyncio.to_thread(self._documents.poll):
                     if isinstance(result, public_fault_intake.IntakeResult):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,13 +12,15 @@ from trainguard.controller.fault_centre.relation_config import (
     RelationKind,
     RelationRule,
     Strategy,
+    rules_from_document,
+    timeouts_from_document,
 )
 from trainguard.controller.fault_centre.relation_faults import (
     JobFault,
     RelationDecision,
     RelationFaults,
 )
-from trainguard.faults.config_problems import Action
+from trainguard.faults.config_problems import Action, ConfigProblem
 
 LINK_DOWN = "81078603"
 SWITCH_LINK_DOWN = "[0x08520003,na,L2,na]"
@@ -37,9 +39,24 @@ SHIPPED_DURATIONS = [
 ]
 
 
+def _loaded(rules: object | None, durations: object | None
+            ) -> tuple[RelationConfig, list[ConfigProblem]]:
+    """The configuration from the parsed files (None: absent), as the controller builds it:
+    a file refused leaves its defaults."""
+    config, problems = RelationConfig(), list[ConfigProblem]()
+    if rules is not None:
+        found, problems = rules_from_document(rules)
+        config = dataclasses.replace(config, rules=found) if found is not None else config
+    if durations is not None:
+        timeouts, more = timeouts_from_document(durations)
+        problems += more
+        config = (dataclasses.replace(config, timeouts=timeouts) if timeouts is not None
+                  else config)
+    return config, problems
+
+
 def test_the_defaults_are_the_shipped_files() -> None:
-    loaded, problems = RelationConfig.from_documents(rules=SHIPPED_RULES,
-                                                     durations=SHIPPED_DURATIONS)
+    loaded, problems = _loaded(SHIPPED_RULES, SHIPPED_DURATIONS)
     assert problems == []
     assert loaded == RelationConfig()
     timeout = RelationConfig().timeout_of("81078603")
@@ -65,7 +82,7 @@ def test_the_defaults_are_the_shipped_files() -> None:
 ])
 def test_a_bad_file_names_the_field_and_keeps_the_defaults(
         rules: object, durations: object, entry: str, field: str, message: str) -> None:
-    config, problems = RelationConfig.from_documents(rules=rules, durations=durations)
+    config, problems = _loaded(rules, durations)
     assert config == RelationConfig()
     (problem,) = problems
     assert (problem.entry, problem.field, problem.action) == (entry, field, Action.DEFAULT_USED)
@@ -74,19 +91,9 @@ def test_a_bad_file_names_the_field_and_keeps_the_defaults(
 
 def test_unknown_fields_are_reported_and_ignored() -> None:
     rules = [{**SHIPPED_RULES[1], "Comment": "x"}]
-    config, problems = RelationConfig.from_documents(rules=rules, durations=None)
+    config, problems = _loaded(rules, None)
     assert config.rules == (RelationRule("8C1F860B", ("81078603",), Strategy.SEPARATE),)
     assert [(p.field, p.action) for p in problems] == [("Comment", Action.IGNORED)]
-
-
-def test_load_reads_both_files_and_reports_bad_json(tmp_path: Path) -> None:
-    (tmp_path / "relationFaultCustomization.json").write_text(json.dumps(SHIPPED_RULES[:1]))
-    (tmp_path / "faultDuration.json").write_text("[{")
-    config, problems = RelationConfig.load(tmp_path)
-    assert len(config.rules) == 1
-    assert config.timeouts == RelationConfig().timeouts
-    assert [p.file for p in problems] == [str(tmp_path / "faultDuration.json")]
-    assert "not valid JSON" in problems[0].message
 
 
 def link_down(node: str = "n1", time: float = 0.0) -> JobFault:

@@ -10,10 +10,10 @@ a trigger code, the codes it relates to (a device code, or a switch code such as
 ``Separate``. ``faultDuration.json`` gives each relation code its kind (``faultDevice`` or
 ``faultSwitch``) and how long, in seconds, it waits for a trigger (``TimeOutInterval``, >= 0).
 
-A file with a problem is refused whole, with a problem naming the entry and the field, and the
-defaults stay in force for it (decided here; the original drops a malformed rules file without
-defaults, and skips a bad duration entry). Unknown fields are reported and ignored, as Go's
-decoder ignores them.
+A file with a problem is refused whole, with a problem naming the entry and the field, and
+what was in force stays: the defaults at start, the last good file later (decided here; the
+original drops a malformed rules file without defaults, and skips a bad duration entry).
+Unknown fields are reported and ignored, as Go's decoder ignores them.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import json
-from pathlib import Path
 
 from trainguard.faults.config_problems import Action, ConfigProblem
 from trainguard.faults.device import fault_codes
@@ -37,6 +35,8 @@ __all__ = [
     "RelationTimeout",
     "Strategy",
     "code_identity",
+    "rules_from_document",
+    "timeouts_from_document",
 ]
 
 RULES_FILE = "relationFaultCustomization.json"
@@ -116,61 +116,34 @@ class RelationConfig:
         """The code's entry in faultDuration.json; None: a code without one waits 0 s."""
         return self._timeout_by_code.get(code_identity(code))
 
-    @classmethod
-    def from_documents(cls, *, rules: object | None, durations: object | None,
-                       rules_file: str = RULES_FILE, durations_file: str = DURATION_FILE
-                       ) -> tuple[RelationConfig, list[ConfigProblem]]:
-        """The configuration from the parsed files (None: the file is absent, its defaults
-        stay); every problem found."""
-        problems: list[ConfigProblem] = []
-        config = cls()
-        if rules is not None:
-            parsed = _rules(rules, rules_file, problems)
-            if parsed is not None:
-                config = dataclasses.replace(config, rules=parsed)
-        if durations is not None:
-            timeouts = _timeouts(durations, durations_file, problems)
-            if timeouts is not None:
-                config = dataclasses.replace(config, timeouts=timeouts)
-        return config, problems
 
-    @classmethod
-    def load(cls, directory: Path) -> tuple[RelationConfig, list[ConfigProblem]]:
-        """The configuration in ``directory`` (either file may be absent)."""
-        problems: list[ConfigProblem] = []
-        documents: dict[str, object | None] = {}
-        for name in (RULES_FILE, DURATION_FILE):
-            path = directory / name
-            documents[name] = None
-            if not path.exists():
-                continue
-            try:
-                documents[name] = json.loads(path.read_text(encoding="utf-8"))
-            except OSError as error:
-                problems.append(ConfigProblem(str(path), "", "", f"cannot be read "
-                                              f"({error.strerror})", Action.DEFAULT_USED))
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                problems.append(ConfigProblem(str(path), "", "", f"not valid JSON ({error})",
-                                              Action.DEFAULT_USED))
-        config, found = cls.from_documents(
-            rules=documents[RULES_FILE], durations=documents[DURATION_FILE],
-            rules_file=str(directory / RULES_FILE), durations_file=str(directory / DURATION_FILE))
-        return config, problems + found
+def rules_from_document(document: object, *, file: str = RULES_FILE
+                        ) -> tuple[tuple[RelationRule, ...] | None, list[ConfigProblem]]:
+    """The rules of a parsed ``relationFaultCustomization.json``; None when it is refused
+    whole (a problem says why). Every problem found."""
+    problems: list[ConfigProblem] = []
+    return _rules(document, file, problems), problems
+
+
+def timeouts_from_document(document: object, *, file: str = DURATION_FILE
+                           ) -> tuple[tuple[RelationTimeout, ...] | None, list[ConfigProblem]]:
+    """The entries of a parsed ``faultDuration.json``; None when it is refused whole."""
+    problems: list[ConfigProblem] = []
+    return _timeouts(document, file, problems), problems
 
 
 def _entries(document: object, file: str, fields: tuple[str, ...],
              problems: list[ConfigProblem]) -> list[dict[str, object]] | None:
     """The file's entries, or None (a problem said why) when it is not a list of objects."""
     if not isinstance(document, list):
-        problems.append(ConfigProblem(file, "", "", "not a JSON list; the defaults stay",
+        problems.append(ConfigProblem(file, "", "", "not a JSON list; the file is refused",
                                       Action.DEFAULT_USED))
         return None
     entries = []
     for index, entry in enumerate(document):
         if not isinstance(entry, dict):
             problems.append(ConfigProblem(file, f"[{index}]", "", "not a JSON object; the "
-                                          "file is refused and the defaults stay",
-                                          Action.DEFAULT_USED))
+                                          "file is refused", Action.DEFAULT_USED))
             return None
         for name in entry:
             if name not in fields:
@@ -186,7 +159,7 @@ def _refused(problems: list[ConfigProblem], file: str, index: int,
     for field, problem in checks:
         if problem is not None:
             problems.append(ConfigProblem(file, f"[{index}]", field, f"{problem}; the file is "
-                                          "refused and the defaults stay", Action.DEFAULT_USED))
+                                          "refused", Action.DEFAULT_USED))
             return True
     return False
 
