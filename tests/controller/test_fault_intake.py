@@ -4,6 +4,7 @@ a job and when, operator separations and their errors, and the state a successor
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import cast
@@ -15,9 +16,11 @@ from trainguard.controller import fault_intake, job_controller
 from trainguard.controller.device_reports import NODE_INFO
 from trainguard.controller.fault_centre.api import JobPlacement
 from trainguard.controller.fault_centre.centre import FaultCentre
+from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.node import node_faults
+from trainguard.job import events
 from trainguard.store import sqlite_kv, trailing
 
 UCE = "80E01801"
@@ -181,3 +184,43 @@ def test_a_node_document_that_cannot_be_read_tells_nothing(tmp_path: Path) -> No
         assert cluster.intake.unhealthy("host-a") is None
 
     asyncio.run(scenario())
+
+
+def _step_retry(job: str, *, completed: bool) -> list[events.Event]:
+    """What a job records when a fault on rank 0 is retried (and, ``completed``, recovers)."""
+    fault = events.FaultDetected(
+        job=job, generation=0, rank=0, pid=7, fault_kind=process.ProcessFaultKind.RAISED,
+        returncode=None, last_step=4, detect_seconds=0.01, detected_at=0.0, injected=None,
+        detail="", error_excerpt="", description="memory error", code="")
+    decided = events.DecisionMade(job=job, generation=0, strategy="retry", reason="",
+                                  restarts_left=2)
+    done = events.RecoveryCompleted(job=job, generation=0, fault_rank=0, strategy="retry",
+                                    detect_seconds=0.01, recover_seconds=0.5, steps_lost=0,
+                                    restore_source="memory", restore_step=4)
+    return [fault, decided, *([done] if completed else [])]
+
+
+@pytest.mark.parametrize("completed", [True, False], ids=["retry-completed", "retry-stuck"])
+def test_a_jobs_step_retry_keeps_the_memory_error_on_its_device_hidden_if_it_completes(
+        tmp_path: Path, completed: bool) -> None:
+    """The job retries steps: the memory error on device 0 is held 10 s; the job's records (a
+    retry decided, then completed) reach the centre as its recovery report, so the fault stays
+    hidden for good; a retry never completed shows it 30 s after the report."""
+    async def scenario() -> list[str]:
+        store = _open(tmp_path)
+        try:
+            cluster = Cluster(store)
+            placement, job = cluster.jobs["train"]
+            cluster.jobs["train"] = (dataclasses.replace(placement, retries_steps=True), job)
+            await cluster.event(0, UCE)
+            for event in _step_retry("train", completed=completed):
+                cluster.clock.now += 1
+                cluster.intake.job_event("train", placement.ranks, event)
+            for _ in range(60):
+                cluster.clock.now += 1
+                cluster.intake.evaluate()
+            return [code for _, code, _, _ in cluster.job.graded]
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) == ([] if completed else [UCE])

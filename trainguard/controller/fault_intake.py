@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from trainguard import clock as clocks
-from trainguard.controller import device_reports, job_controller
+from trainguard.controller import device_reports, job_controller, policy
 from trainguard.controller.fault_centre import node_documents
 from trainguard.controller.fault_centre.api import Evaluation, JobPlacement, split_device
 from trainguard.controller.fault_centre.centre import FaultCentre
@@ -44,6 +44,7 @@ from trainguard.faults.device.device_events import Assertion, DeviceFaultEvent
 from trainguard.faults.levels import Level
 from trainguard.faults.node import node_faults
 from trainguard.faults.node.switch_faults import NodeStatus
+from trainguard.job import events
 from trainguard.proto import control_pb2 as pb
 from trainguard.store import kv, trailing
 
@@ -119,6 +120,10 @@ class FaultIntake:
         self.on_node_unhealthy: Callable[[str, str], None] | None = None
         """Told ``(node, why)`` when a host's node document comes to say UnHealthy."""
         self._unhealthy: dict[str, str] = {}
+        self._faulted: dict[str, int] = {}
+        """Each job's rank of its last fault."""
+        self._retrying: dict[tuple[str, str], float] = {}
+        """(job, device) -> when its step retry began, until it completes."""
 
     # --- input ------------------------------------------------------------------------------
 
@@ -159,6 +164,28 @@ class FaultIntake:
         root = parsed.get(node_documents.NODE_INFO_PREFIX)
         if isinstance(root, dict):
             self._node_status(node, root)
+
+    def job_event(self, job: str, placement: Mapping[str, int], event: events.Event) -> None:
+        """What a running job records, for the step retries it reports (the original's job
+        reports its recovery to the fault centre): a retry decided for a fault on a rank is
+        that rank's device recovering, and the retry's completion completes it, so the centre
+        keeps the retry codes on that device hidden (``placement``: device -> rank)."""
+        if isinstance(event, events.FaultDetected):
+            self._faulted[job] = event.rank
+            return
+        if not isinstance(event, (events.DecisionMade, events.RecoveryCompleted)):
+            return
+        rank = self._faulted.get(job)
+        device = next((name for name, held in placement.items() if held == rank), None)
+        if event.strategy != policy.Strategy.RETRY or device is None:
+            return
+        now = self._clock.wall()
+        if isinstance(event, events.DecisionMade):
+            self._retrying[(job, device)] = now
+            self.centre.recovery_report(job=job, device=device, recover_time=now)
+        elif (job, device) in self._retrying:
+            self.centre.recovery_report(job=job, device=device, complete_time=now,
+                                        recover_time=self._retrying.pop((job, device)))
 
     def unhealthy(self, node: str) -> str | None:
         """Why ``node`` is UnHealthy, as its last node document says; None while it is not."""

@@ -607,6 +607,10 @@ class ControllerService:
         agents = job.agents = cluster_agents.ClusterAgents(
             job.hosts, nproc_per_node=first.nproc_per_node, spares=job.spares,
             host_wait=self.settings.host_wait)
+        if self._intake is not None:
+            intake = self._intake
+            events_recorder.subscribe(
+                lambda event: intake.job_event(first.job, agents.placement, event))
         assert self._store is not None, "start first"
         assert self._leadership is not None
         journal = trailing.TrailingWriter(self._store, what=f"the record of job {first.job}",
