@@ -17,7 +17,12 @@ pushes its events: subscription). Kinds:
   ``81078603``; the link state is read every 0.2 s, the gateway probed every 2.5 s); up again
   between trials;
 - ``storage`` (root): a tmpfs watched with ``--storage-mounts``, remounted read-only (public
-  fault ``110001023`` on every device; probed every 5 s); read-write again between trials.
+  fault ``110001023`` on every device; probed every 5 s); read-write again between trials;
+- ``node``: a power supply alarm (``08000001``, graded SeparateFault) appears in the BMC's log,
+  an ``ipmitool`` on PATH that prints it once the trial fails the BMC
+  (:mod:`trainguard.testing.fake_bmc`), read every second (``--bmc-period 1``); the node is
+  UnHealthy and the one-host job stops (exit code 4), so one job per trial. Its ``decision`` is
+  the job's end (``job-finished``, after its dying checkpoint), shown, not held to the target.
 
 Device faults are injected in process (``trainguard.agent.control.inject_device_fault``, the
 agent's control socket, as ``trainguard fault inject --device`` does, without its interpreter's
@@ -39,8 +44,9 @@ Measured, from the run's state store (``state.db``, read every ``--poll`` second
 Times are those the store records (wall clock, millisecond resolution); ``polled`` says when
 the poll first saw each (an upper bound, ``--poll`` resolution). Targets (worst trial): device
 and process faults under 1 s; network within the 2.5 s probe period; storage within its 5 s
-probe period. The node detector (BMC every 60 s, memory and disk of ``/`` at 95% use) is not
-measured: no BMC here, and filling a shared machine's memory or root disk is not done.
+probe period; node within 1 s of the BMC read that finds the alarm (2 s from the alarm here).
+Memory and disk pressure (95% use of memory or of ``/``) are not measured: filling a shared
+machine's memory or root disk is not done.
 
     python -m benchmarks.detection_latency --trials 5 --output
 
@@ -56,6 +62,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import random
@@ -75,7 +82,7 @@ from trainguard import names
 from trainguard.agent import control
 from trainguard.faults.device.device_events import Assertion
 from trainguard.store import api, sqlite
-from trainguard.testing import gateway_link
+from trainguard.testing import fake_bmc, gateway_link
 
 __all__ = ["KINDS", "Kind", "Seen", "evaluate", "first_seen", "main", "shows_fault", "stored_epoch"]
 
@@ -85,6 +92,8 @@ JOB = REPO / "tests" / "e2e" / "scripts" / "inprocess_job.py"
 MEASURES = ("document", "noticed", "controller", "decision")
 LINK_DOWN = "81078603"
 STORAGE = "110001023"
+NODE_ALARM = "08000001"  # a power supply failure, graded SeparateFault: the node is UnHealthy
+BMC_PERIOD = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +123,10 @@ KINDS = (
          "every 0.2 s)", False, needs_root=True),
     Kind("storage", STORAGE, 5.0, "within the 5 s storage probe period", False,
          needs_root=True, pause=5.0),
+    # A stop, not a decision: the one-host job ends (after its dying checkpoint), shown only.
+    Kind("node", NODE_ALARM, 1.0 + BMC_PERIOD, f"within 1 s of the BMC read that finds the "
+         f"alarm (read every {BMC_PERIOD:g} s here; 60 s by default)", True,
+         checked=("document",), pause=BMC_PERIOD, document="mindx-dl-nodeinfo-<node>"),
 )
 BY_NAME = {kind.name: kind for kind in KINDS}
 
@@ -228,7 +241,8 @@ def node_name() -> str:
 class Job:
     """One ``trainguard run`` of the test job, stepping, its store open for reading."""
 
-    def __init__(self, workdir: Path, name: str, extra: Sequence[str], *, poll: float) -> None:
+    def __init__(self, workdir: Path, name: str, extra: Sequence[str], *, poll: float,
+                 env: Mapping[str, str] | None = None) -> None:
         self.run_dir = workdir / "runs" / name
         self.name = name
         self.poll = poll
@@ -239,7 +253,8 @@ class Job:
              str(JOB), "--steps", "1000000", "--step-sleep", "0.1"],
             log=workdir / f"{name}.log", cwd=REPO,
             env={"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                             os.environ.get("PYTHONPATH")]))})
+                                                             os.environ.get("PYTHONPATH")])),
+                 **(env or {})})
         self._store: sqlite.SqliteStore | None = None
         try:
             common.wait_until("the job's store", (self.run_dir / "state.db").exists,
@@ -497,9 +512,43 @@ def _trials_storage(kind: Kind, workdir: Path, *, trials: int, rng: random.Rando
             job.stop()
 
 
+def node_unhealthy(data: Mapping[str, Any]) -> bool:
+    """Whether the node document (as the agent publishes it: ``NodeInfo`` and ``CheckCode``)
+    says UnHealthy."""
+    info = data.get("NodeInfo")
+    return isinstance(info, dict) and info.get("NodeStatus") == "UnHealthy"
+
+
+def _trials_node(kind: Kind, workdir: Path, *, trials: int, rng: random.Random,
+                 poll: float) -> list[dict[str, Any]]:
+    """A job per trial: an UnHealthy node stops a one-host job (exit code 4)."""
+    results: list[dict[str, Any]] = []
+    for number in range(trials):
+        bmc = fake_bmc.FakeBmc(Path(tempfile.mkdtemp(dir=workdir)), failed=False)
+        job = Job(workdir, f"node-{number}", ["--fault-config-dir", str(bmc.config),
+                                              "--bmc-period", f"{BMC_PERIOD:g}"],
+                  poll=poll, env={"PATH": bmc.path})
+        try:
+            name = f"mindx-dl-nodeinfo-{node_name()}"
+            common.wait_until("the node document", functools.partial(
+                job.store.get_document, name), timeout=30, process=job.group.process, poll=0.1)
+            _pause(kind, rng)
+            before, after_id = _revision(job.store, name), job.mark()
+            start = time.time()
+            bmc.fail()
+            seen = job.wait(after_id, {"decision": _is("job-finished")},
+                            document=(name, before, node_unhealthy),
+                            required=["document", "decision"])
+            results.append(_result(kind, number, start, seen))
+            _print(results[-1])
+        finally:
+            job.stop()
+    return results
+
+
 TRIALS = {"device-separate": _trials_device, "device-restart": _trials_device,
           "device-notice": _trials_device, "process": _trials_process,
-          "network": _trials_network, "storage": _trials_storage}
+          "network": _trials_network, "storage": _trials_storage, "node": _trials_node}
 
 
 def _print(result: Mapping[str, Any]) -> None:
@@ -553,11 +602,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                  "tests/e2e/scripts/inprocess_job.py --step-sleep 0.1, sim device backend "
                  "(subscription); device faults injected in process through the agent's "
                  "control socket; network: a veth link taken down with ip link; storage: a "
-                 "tmpfs remounted read-only; times from the state store",
+                 "tmpfs remounted read-only; node: a power supply alarm from an ipmitool on "
+                 "PATH (a script printing the BMC's SEL record), --bmc-period 1, the job "
+                 "stopping as its decision; times from the state store",
         "resolution": {"store_timestamps_seconds": 0.001, "poll_seconds": args.poll},
-        "not_measured": {"node": "the node detector reads the BMC every 60 s (no ipmitool "
-                                 "here) and memory and disk of / at 95% use: no fault to inject "
-                                 "safely on a shared machine"},
+        "not_measured": {"node memory and disk": "95% use of memory or of / is no fault to "
+                                                "cause safely on a shared machine"},
         "kinds": summary, "trials": trials,
     }
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import common, detection_latency, summary
+from trainguard.faults.node import node_faults
 from trainguard.store import sqlite
 
 START = "2026-12-02T18:25:56.000Z"
@@ -81,6 +82,13 @@ def test_a_document_not_showing_the_fault_is_not_seen_and_a_missing_one_times_ou
         store, after_id=0, events=detection_latency._fault_events("80E21007", 0),
         document=None, required=["noticed"], optional_grace=0.05, timeout=5.0, poll=0.01)
     assert set(seen) == {"noticed"}
+
+
+def test_the_node_document_is_read_as_the_agent_publishes_it() -> None:
+    power = node_faults.NodeFaultDevice("Power Supply", 81, ("08000001",))
+    table = node_faults.NodeCodeTable({"08000001": node_faults.NodeFaultLevel.SEPARATE_FAULT})
+    assert detection_latency.node_unhealthy(node_faults.node_info([power], table=table).to_data())
+    assert not detection_latency.node_unhealthy(node_faults.node_info([], table=table).to_data())
 
 
 def test_targets_hold_for_the_worst_trial_of_the_checked_measures() -> None:

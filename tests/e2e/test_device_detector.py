@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.bmc import FakeBmc
 from tests.e2e.jobs import SCRIPTS, Job, Start
 from trainguard.store import sqlite
+from trainguard.testing.fake_bmc import FakeBmc
 
 pytestmark = pytest.mark.e2e
 

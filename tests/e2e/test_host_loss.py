@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.bmc import FakeBmc
 from tests.e2e.hosts import Cluster
 from tests.e2e.jobs import Job, clean_digest_of
 from tests.hosts.netns import HostNetwork, require_netns
+from trainguard.testing.fake_bmc import FakeBmc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 

@@ -1,6 +1,6 @@
-"""A BMC whose power supply fails (IPMI event 08000001), for the node detector: an ``ipmitool``
-on PATH that prints the alarm's SEL record, and a NodeDConfiguration.json that grades the code
-SeparateFault, so the node is UnHealthy."""
+"""A BMC whose power supply fails (IPMI event 08000001), for tests and benchmarks of the node
+detector: an ``ipmitool`` on PATH that prints the alarm's SEL record once it has failed, and a
+NodeDConfiguration.json that grades the code SeparateFault, so the node is UnHealthy."""
 
 from __future__ import annotations
 
