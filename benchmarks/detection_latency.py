@@ -316,7 +316,7 @@ def _noticed(code: str, device: int | None, reason: str) -> EventMatch:
 
 def _reported(code: str, device: int, assertion: str) -> EventMatch:
     return lambda e: (e.kind == "device-fault-reported" and code in str(e.data.get("code"))
-                      and e.data.get("device") == f"device-{device}"
+                      and e.data.get("device") == f"{node_name()}/device-{device}"
                       and e.data.get("assertion") == assertion)
 
 

@@ -52,23 +52,22 @@ from trainguard.controller import (
     agent_proxy,
     cluster_view,
     device_levels,
-    device_reports,
     fault_config,
     fault_history,
     job_controller,
+    local_centre,
     policy,
     service,
 )
 from trainguard.detect import heartbeat
 from trainguard.faults import process
 from trainguard.faults.device import device_health
-from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.node import node_faults
 from trainguard.ipc import checkpoint_layout
 from trainguard.job import events
 from trainguard.proto import channel, control_pb2, grpc_channel
 from trainguard.store import api as store_api
-from trainguard.store import recorder, sqlite, sqlite_kv, trailing
+from trainguard.store import recorder, sqlite, sqlite_kv
 from trainguard.telemetry import live, metrics
 
 __all__ = [
@@ -350,11 +349,15 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         proxy = agent_proxy.AgentProxy(controller_end)
         controller = job_controller.JobController(
             settings.recovery, job=agent_settings.run_id, world_size=agent_settings.world_size,
-            agent=proxy, recorder=events_recorder, clock=clock, device_faults=engine)
+            agent=proxy, recorder=events_recorder, clock=clock, device_faults=engine, node=node)
         driver = _ControllerHere(
             controller_link.ControllerLink(agent, agent_end, host=socket.gethostname()), proxy,
             controller)
-        send = _device_reports_here(controller, history_store, held, node=node, clock=clock)
+        centre = await local_centre.opened(
+            held, history_store, engine, controller, job=agent_settings.run_id, node=node,
+            clock=clock, config=config.config if config is not None else None)
+        events_recorder.subscribe(centre.job_event)
+        send = centre.reports.take
     else:
         driver = _ControllerAway(agent, joined, clock=clock)
         send = device_watch.to_controllers(joined.cluster.endpoints, joined.cluster.security)
@@ -398,7 +401,8 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
         watch = asyncio.create_task(device_levels.watch(
             [engine, devices.engine], config=config, interval=settings.fault_config_interval,
             record=events_recorder.record, clock=clock, job=agent_settings.run_id,
-            changed=controller.device_level_changed if joined is None else None))
+            changed=centre.intake.level_changed if joined is None else None,
+            reconfigured=centre.reconfigure if joined is None else None))
         watching_devices = asyncio.create_task(devices.run())
         try:
             try:
@@ -444,23 +448,6 @@ def _local_node_name() -> str:
         return names.node_name(socket.gethostname().lower(), what="host name")
     except names.InvalidNameError:
         return "localhost"
-
-
-def _device_reports_here(controller: job_controller.JobController,
-                         store: sqlite_kv.SqliteKeyValueStore, held: contextlib.AsyncExitStack,
-                         *, node: str, clock: clocks.Clock) -> device_watch.ReportSink:
-    """This host's device reports, taken by the job's controller here as a controller across
-    hosts takes them (its devices kept in the run's store), each fault graded by the job."""
-    writer = trailing.TrailingWriter(store, what="this host's devices")
-    writing = asyncio.create_task(writer.run(), name="trainguard-host-devices")
-    held.callback(writing.cancel)
-
-    async def grade(event: DeviceFaultEvent) -> device_health.DeviceHealth:
-        # One host: the job names its devices without the host's name.
-        local = dataclasses.replace(event, device=event.device.partition("/")[2])
-        return await controller.device_fault(local, reported_by=f"the devices of {node}")
-
-    return device_reports.DeviceReports(grade, writer, clock=clock).take
 
 
 class _Driver(Protocol):

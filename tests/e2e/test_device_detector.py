@@ -22,6 +22,8 @@ pytestmark = pytest.mark.e2e
 NOTICE = "80E21007"  # NotHandleFault
 SEPARATE = "80E3A201"  # SeparateNPU
 RESTART = "8C204E00"  # RestartBusiness
+UCE = "80E01801"  # a memory error, RestartBusiness
+COMPANION = "80C98009"  # RestartRequest; dropped when a memory error comes within 5 s
 
 
 def _inject(job: Job, *args: str) -> subprocess.CompletedProcess[str]:
@@ -57,14 +59,14 @@ def test_device_faults_from_the_detector_move_or_restart_the_rank_on_the_device(
     assert noticed == {("Ascend910-2", NOTICE, "Notice", "NotHandleFault"),
                        ("Ascend910-1", SEPARATE, "Occur", "SeparateNPU"),
                        ("Ascend910-0", RESTART, "Occur", "RestartBusiness")}
+    node = job.events("device-fault-noticed")[0]["node"]
     reported = [(e["device"], e["level"], e["rank"], e["moves"])
                 for e in job.events("device-fault-reported")]
-    assert reported == [("device-2", "NotHandleFault", None, False),
-                        ("device-1", "SeparateNPU", 1, True),
-                        ("device-0", "RestartBusiness", 0, False)]
+    assert reported == [(f"{node}/device-2", "NotHandleFault", None, False),
+                        (f"{node}/device-1", "SeparateNPU", 1, True),
+                        (f"{node}/device-0", "RestartBusiness", 0, False)]
     assert [d["strategy"] for d in job.events("decision")] == ["recover", "recover-in-place"]
     assert all(r["steps_lost"] == 0 for r in job.events("recovery-completed"))
-    node = job.events("device-fault-noticed")[0]["node"]
     store = sqlite.SqliteStore.open(job.run_dir / "state.db", read_only=True)
     try:
         document = store.get_document(f"mindx-dl-deviceinfo-{node}")
@@ -89,3 +91,27 @@ def test_a_node_alarm_at_separate_fault_stops_a_one_host_job_saying_why(
     (finished,) = job.events("job-finished")
     assert finished["reason"].startswith("node ")
     assert "is UnHealthy: Power Supply 81 08000001 (SeparateFault)" in finished["reason"]
+
+
+def test_on_one_host_the_fault_centre_drops_a_companion_code_near_a_memory_error(
+        run_job: Start) -> None:
+    """One host is a cluster of one: its device faults pass the fault centre's rules before
+    they reach the job. A companion code (80C98009, held 5 s) followed by a memory error on
+    the same device never reaches the job, though the agent saw both. The memory error waits
+    10 s for the job to say it retries the step (it does not: the process never saw it), then
+    reaches it, and the rank recovers."""
+    job = run_job("--nproc-per-node", "2", "--node-name", "host-a", "--max-restarts", "2",
+                  str(SCRIPTS / "inprocess_job.py"), "--steps", "300", "--step-sleep", "0.1")
+    job.wait_for_event("snapshot-interval")
+    for code in (COMPANION, UCE):
+        injected = _inject(job, "--device", "0", code)
+        assert injected.returncode == 0, injected.stderr
+    assert job.wait() == 0, job.output()
+
+    noticed = [e["code"] for e in job.events("device-fault-noticed")]
+    assert noticed == [COMPANION, UCE]
+    reported = [(e["device"], e["code"], e["level"], e["rank"])
+                for e in job.events("device-fault-reported")]
+    assert reported == [("host-a/device-0", UCE, "RestartBusiness", 0)]
+    (recovered,) = job.events("recovery-completed")
+    assert recovered["steps_lost"] == 0

@@ -18,7 +18,8 @@ DEFAULTS = Path(__file__).parents[2] / "trainguard" / "faults" / "data"
 
 def run(run_job: Start, tmp_path: Path, *flags: str) -> Job:
     job = run_job("--nproc-per-node", "4", "--max-restarts", "3", "-t", "3",
-                  "--spare-devices", "1", "--dp-size", "2", *flags, SCRIPT,
+                  "--spare-devices", "1", "--dp-size", "2", "--node-name", "host-a", *flags,
+                  SCRIPT,
                   "--output", str(tmp_path / "sha"))
     assert job.wait() == 0, job.output()
     return job
@@ -32,9 +33,9 @@ def test_a_second_memory_error_in_a_day_takes_the_device_out_of_use(
     assert [d["strategy"] for d in job.events("decision")] == ["retry", "recover"]
     first, second = job.events("device-fault-graded")
     assert (first["device"], first["level"], first["upgrade_reasons"]) == (
-        "device-2", "RestartBusiness", [])
+        "host-a/device-2", "RestartBusiness", [])
     assert (second["device"], second["level"], second["reset_policy"]) == (
-        "device-2", "ManuallySeparateNPU", "isolate")
+        "host-a/device-2", "ManuallySeparateNPU", "isolate")
     (reason,) = second["upgrade_reasons"]
     assert (reason["fault_code"], reason["upgrade_type"]) == ("80E01801", "FaultFrequency")
     assert (tmp_path / "sha").read_text() == reference

@@ -19,11 +19,13 @@ __all__ = ["watch"]
 async def watch(engines: Sequence[device_health.FaultEngine], *,
                 config: fault_config.FaultConfigDirectory | None, interval: float,
                 record: Callable[[events.Event], object], clock: clocks.Clock, job: str,
-                changed: Callable[[device_health.DeviceHealth], object] | None) -> None:
+                changed: Callable[[device_health.DeviceHealth], object] | None,
+                reconfigured: Callable[[fault_config.FaultConfig], object] | None = None
+                ) -> None:
     """Every ``interval`` seconds: apply changed configuration files to every engine (a file
-    that cannot be used leaves the last good configuration in force), then, with ``changed``,
-    evaluate every device of the first engine with state. (The others, the device detectors'
-    graders, evaluate their own devices.)"""
+    that cannot be used leaves the last good configuration in force) and tell
+    ``reconfigured``, then, with ``changed``, evaluate every device of the first engine with
+    state. (The others, the device detectors' graders, evaluate their own devices.)"""
     while True:
         await asyncio.sleep(interval)
         if config is not None:
@@ -32,6 +34,8 @@ async def watch(engines: Sequence[device_health.FaultEngine], *,
                 for engine in engines:
                     engine.reconfigure(table=config.config.codes,
                                        customization=config.config.customization)
+                if reconfigured is not None:
+                    reconfigured(config.config)
             if reloaded or problems:
                 record(events.FaultConfigLoaded(
                     job=job, directory=str(config.directory), reloaded=reloaded,

@@ -45,11 +45,6 @@ Lower levels (and FreeRestartNPU, PreSeparateNPU: acted on when the device is fr
 recorded only."""
 
 
-def _device_name(worker: api.WorkerView) -> str:
-    """The name a worker's device has in the fault engine (its host's first, across hosts)."""
-    return f"{worker.host}/device-{worker.device}" if worker.host else f"device-{worker.device}"
-
-
 def _failure_signature(fault: process.ProcessFault) -> tuple[object, ...]:
     """What makes two failures the same: rank, kind, exit status and the error's last line,
     its numbers blanked (ports, pids and addresses change from start to start)."""
@@ -100,8 +95,10 @@ class JobController:
         clock: clocks.Clock,
         device_faults: device_health.FaultEngine | None = None,
         journal: job_record.JobJournal | None = None,
+        node: str = "",
     ) -> None:
-        """``journal``: where the job's record goes, for a controller that takes it over."""
+        """``journal``: where the job's record goes, for a controller that takes it over;
+        ``node``: the host's name on one host, where the workers do not name theirs."""
         self.settings = settings
         self.device_faults = device_faults or device_health.FaultEngine()
         """Grades device codes: swapped for one with new configuration at run time."""
@@ -127,12 +124,27 @@ class JobController:
         self._reported: dict[str, tuple[device_health.DeviceHealth, str]] = {}
         """Devices reported isolated from outside, not yet acted on: health, code."""
         self._reported_ready = asyncio.Event()
+        self._node = node
 
     def request_stop(self, reason: str, *, exit_code: int) -> None:
         """Stop the job gracefully (dying checkpoint), e.g. on SIGINT or SIGTERM."""
         if not self._stop.is_set():
             self._stop_reason, self._stop_exit_code = reason, exit_code
             self._stop.set()
+
+    def device_ranks(self) -> dict[str, int]:
+        """Each device the current generation uses, by its name in the fault engine -> its
+        rank (none before the first generation)."""
+        generation = self._generation
+        if generation is None:
+            return {}
+        return {self._device_name(w): rank for rank, w in generation.workers.items()}
+
+    def _device_name(self, worker: api.WorkerView) -> str:
+        """The name a worker's device has in the fault engine: its host's, then its own (a
+        device of a host that names none: its own)."""
+        host = worker.host or self._node
+        return f"{host}/device-{worker.device}" if host else f"device-{worker.device}"
 
     async def device_fault(self, event: DeviceFaultEvent, *, reported_by: str
                            ) -> device_health.DeviceHealth:
@@ -175,7 +187,7 @@ class JobController:
         level calls for it."""
         generation = self._generation
         on_it = [] if generation is None else [
-            w.rank for w in generation.workers.values() if _device_name(w) == health.device]
+            w.rank for w in generation.workers.values() if self._device_name(w) == health.device]
         if health.level in ISOLATING:
             self._isolated.add(health.device)
         if act and on_it and health.level in ACTING:
@@ -189,7 +201,7 @@ class JobController:
         while self._reported:
             device, (health, code) = self._reported.popitem()
             for w in generation.workers.values():
-                if _device_name(w) == device:
+                if self._device_name(w) == device:
                     self._graded[(generation.number, w.rank)] = health
                     return process.ProcessFault(
                         rank=w.rank, pid=0, kind=process.ProcessFaultKind.DEVICE_REPORTED,
@@ -456,7 +468,7 @@ class JobController:
             in_process=all(w.in_process for w in workers),
             alive=[w.rank for w in workers if w.alive],
             spares_left=self._agent.spares_left, layout=self._agent.layout,
-            isolated=[w.rank for w in workers if _device_name(w) in self._isolated])
+            isolated=[w.rank for w in workers if self._device_name(w) in self._isolated])
 
     def _count_repeats(self, generation: api.GenerationHandle,
                        fault: process.ProcessFault) -> None:
@@ -480,7 +492,7 @@ class JobController:
         key = (generation.number, fault.rank)
         health = self._graded.get(key)
         if health is None:
-            device = _device_name(generation.workers[fault.rank])
+            device = self._device_name(generation.workers[fault.rank])
             health = self.device_faults.report(
                 DeviceFaultEvent(device, fault.code, Assertion.ONCE, self._clock.wall()))
             self._graded[key] = health
