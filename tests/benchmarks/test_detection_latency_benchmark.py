@@ -33,7 +33,8 @@ def store(tmp_path: Path) -> sqlite.SqliteStore:
 
 
 def test_the_first_matching_event_and_document_revision_count_with_the_stores_times(
-        store: sqlite.SqliteStore) -> None:
+        store: sqlite.SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(detection_latency, "node_name", lambda: "host")
     store.append_event("device-fault-noticed", {"code": "80E3A201", "device": "Ascend910-1",
                                                 "reason": "Occur"}, time=START)  # before
     store.put_document("doc", _document(1, "80E3A201"), time=START)  # revision 1: before
@@ -44,7 +45,7 @@ def test_the_first_matching_event_and_document_revision_count_with_the_stores_ti
     store.append_event("device-fault-noticed", {"code": "80E3A201", "device": "Ascend910-1",
                                                 "reason": "Occur"},
                        time="2026-12-02T18:25:56.012Z")
-    store.append_event("device-fault-reported", {"code": "80E3A201", "device": "device-1",
+    store.append_event("device-fault-reported", {"code": "80E3A201", "device": "host/device-1",
                                                  "assertion": "occur"},
                        time="2026-12-02T18:25:56.015Z")
     store.append_event("decision", {"strategy": "recover"}, time="2026-12-02T18:25:56.020Z")

@@ -33,6 +33,16 @@ T = TypeVar("T")
 DEFAULT_NAMESPACE = "/trainguard/"
 CALL_TIMEOUT = 5.0
 """Seconds one call to one member may take."""
+_CHANNEL_OPTIONS = (
+    # A member back up is tried again within half a second: gRPC's default backoff grows to 120 s,
+    # and a leader's lease (seconds) must be kept alive as soon as its store answers again.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    # Its own subchannels: a client made anew after a failure must not inherit the backoff of
+    # the one it replaces through gRPC's process-wide pool.
+    ("grpc.use_local_subchannel_pool", 1),
+)
 _RETRY_PAUSE = 0.2
 """Seconds a broken watch waits before it asks the next member (a cluster electing a leader)."""
 
@@ -215,7 +225,7 @@ class EtcdKeyValueStore:
             host, port = self._endpoints[index]
             client = self._aetcd.Client(
                 host=host, port=port, timeout=self._timeout,
-                connect_wait_timeout=self._timeout)
+                connect_wait_timeout=self._timeout, options=dict(_CHANNEL_OPTIONS))
             self._clients[index] = client
         return client
 
