@@ -76,6 +76,10 @@ def free_port(address: str) -> int:
         return port
 
 
+STACKS_WAIT = 0.5
+"""Seconds the stacks a stuck worker writes have to reach its output."""
+
+
 class NodeAgent:
     def __init__(
         self,
@@ -344,10 +348,23 @@ class NodeAgent:
             raise process.RecoveryError(
                 f"rank {gone[0]} exited while the others were leaving the generation")
         if not settled():
-            waiting = [w.rank for w in survivors if w.left is None]
-            what = (f"ranks {waiting} did not leave generation {generation.number}"
-                    if waiting else "replaced processes did not exit")
-            raise process.RecoveryError(f"{what} within {self.settings.leave_timeout:.0f} s")
+            waiting = [w for w in survivors if w.left is None]
+            what = (f"ranks {[w.rank for w in waiting]} did not leave generation "
+                    f"{generation.number}" if waiting else "replaced processes did not exit")
+            what += f" within {self.settings.leave_timeout:.0f} s"
+            if waiting:
+                await self._dump_stacks(waiting)
+                what += " (their threads' stacks are in their output)"
+            raise process.RecoveryError(what)
+
+    async def _dump_stacks(self, stuck: list[workers.WorkerState]) -> None:
+        """Have workers under a session write where each of their threads is, to their
+        output, so that whatever holds them is seen; returns once it has had time to arrive."""
+        for worker in stuck:
+            if worker.alive and worker.in_process and worker.pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(worker.pid, messages.STACKS_SIGNAL)
+        await asyncio.sleep(STACKS_WAIT)
 
     async def _wait_changed(self, done: Callable[[], bool], timeout: float, *,
                             poll: float | None = None) -> None:

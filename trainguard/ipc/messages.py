@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import signal
 from typing import ClassVar
 
 from trainguard.faults.device.device_events import Assertion
@@ -54,6 +55,10 @@ __all__ = [
     "socket_name",
 ]
 
+STACKS_SIGNAL = signal.SIGUSR2
+"""The agent asks a worker under a session for its threads' stacks with this signal: the worker
+writes them to its standard error (Python's faulthandler), which the agent keeps with its
+output. Used when a worker does not do what it was told in time."""
 WORKER_SECRET_VARIABLE = "TRAINGUARD_WORKER_SECRET"
 """The environment variable that hands a worker process its :attr:`Hello.secret`: the
 environment, unlike the command line, is visible only to the same user and root."""

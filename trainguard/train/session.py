@@ -56,6 +56,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import faulthandler
 import logging
 import os
 import signal
@@ -226,6 +227,8 @@ class Session:
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
+        # To descriptor 2, the process's standard error whatever sys.stderr is now.
+        faulthandler.register(messages.STACKS_SIGNAL, file=2, all_threads=True)
         atexit.register(self.close)
 
     def _shares(self, enabled: bool | None, dp_size: int | None,

@@ -3,7 +3,8 @@
 Every process prints ``pid RANK PID`` when it starts, so a test can tell which processes a
 recovery kept. A process started after generation 0 (a replacement) can be made to stall
 (``--stall-replacement``, to miss the recovery deadline) or die (``--crash-replacement``)
-before it restores.
+before it restores. Rank 1 can be made to sleep between steps (``--stuck-after``), so that it
+does not leave its generation when told.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ parser.add_argument("--stall-replacement", type=float, default=0.0)
 parser.add_argument("--step-sleep", type=float, default=0.02,
                     help="seconds between steps: a longer run of the same steps, same result")
 parser.add_argument("--crash-replacement", action="store_true")
+parser.add_argument("--stuck-after", type=int, default=None,
+                    help="rank 1 sleeps 60 s after this step of generation 0, between steps, "
+                         "where no abort reaches it")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -60,6 +64,8 @@ def train() -> None:
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         session.checkpoint(state, step=step + 1)
+        if step == args.stuck_after and rank == 1 and session.generation == 0:
+            time.sleep(60)
         time.sleep(args.step_sleep)
 
 

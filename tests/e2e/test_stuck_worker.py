@@ -1,0 +1,25 @@
+"""A rank that does not leave its generation when told (asleep between steps, where cutting
+its connections does not reach it): the recovery gives up after --leave-timeout, saying which
+rank, and that rank's threads' stacks appear in its output, so whatever held it is seen."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.jobs import SCRIPTS, Start
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_rank_that_does_not_leave_is_named_with_its_stacks(run_job: Start) -> None:
+    job = run_job("--nproc-per-node", "2", "--max-restarts", "2", "--leave-timeout", "2",
+                  "--inject", "crash:0:11", str(SCRIPTS / "inprocess_job.py"),
+                  "--steps", "30", "--stuck-after", "10", "--step-sleep", "0.05")
+    assert job.wait() == 0, job.output()
+    output = job.output()
+    assert "ranks [1] did not leave generation 0 within 2 s (their threads' stacks are in " \
+           "their output)" in output
+    assert "Current thread" in output
+    assert "inprocess_job.py\", line" in output  # where the script holds it: its sleep
+    failed = [e for e in job.events("recovery-failed")]
+    assert failed, "the recovery in place gave up"
