@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 _FIRST_RETRY = 1.0  # seconds before the first retry; doubled up to _LONGEST_RETRY
 _LONGEST_RETRY = 8.0
-_ANSWER_TIMEOUT = 30.0  # seconds the controller has to answer a registration
+_ANSWER_TIMEOUT = 30.0  # seconds the controller has at most to answer a registration
 _REJOIN_RETRY = 0.25  # seconds between rounds of the controllers while one takes over
 
 
@@ -176,7 +176,13 @@ async def _reach(settings: ClusterSettings, register: pb.Register, *, within: fl
                 last = ConnectionError(f"{endpoint}: {error}")
                 continue
             try:
-                return connection, await _register(connection.channel, register)
+                return connection, await _register(
+                    connection.channel, register,
+                    timeout=min(max(deadline - loop.time(), 1.0), _ANSWER_TIMEOUT))
+            except ConnectionError as error:  # it went away as it answered: the next one
+                await connection.disconnect()
+                last = ConnectionError(f"{endpoint}: {error}")
+                continue
             except BaseException:
                 await connection.disconnect()
                 raise
@@ -191,17 +197,27 @@ async def _reach(settings: ClusterSettings, register: pb.Register, *, within: fl
         delay = min(delay * 2, longest_retry)
 
 
-async def _register(channel: channels.Channel, register: pb.Register) -> pb.Placement:
+async def _register(channel: channels.Channel, register: pb.Register, *,
+                    timeout: float) -> pb.Placement:
+    """This host's place, as the controller at the other end of ``channel`` gives it.
+
+    Raises:
+        JoinRefusedError: it refused, or answered in another protocol.
+        ConnectionError: it went away or fell silent before it answered (a controller dying
+            as another takes over): another may answer.
+    """
     channel.send(versioned.serialize(pb.Envelope(register=register)))
     try:
-        async with asyncio.timeout(_ANSWER_TIMEOUT):
+        async with asyncio.timeout(timeout):
             envelope = codec.unpack(await channel.receive())
     except TimeoutError:
-        raise JoinRefusedError(
-            f"the controller did not answer the registration within {_ANSWER_TIMEOUT:g} s"
-        ) from None
-    except (channels.ChannelClosedError, versioned.ProtocolError) as error:
-        raise JoinRefusedError(f"the controller closed the registration: {error}") from error
+        raise ConnectionError(
+            f"the controller did not answer the registration within {timeout:g} s") from None
+    except channels.ChannelClosedError as error:
+        raise ConnectionError(f"the controller closed the registration: {error}") from error
+    except versioned.ProtocolError as error:
+        raise JoinRefusedError(f"the controller answered the registration in another "
+                               f"protocol: {error}") from error
     if envelope.WhichOneof("body") != "registered":
         raise JoinRefusedError(f"the controller answered the registration with a "
                                f"{envelope.WhichOneof('body')}")
