@@ -525,6 +525,7 @@ class _ControllerAway:
         register.CopyFrom(self._joined.register)
         register.node_rank = agent.settings.node_rank
         register.rejoin.spare = agent.settings.spare
+        register.rejoin.wait = self._controller_wait
         if agent.generation is not None:
             register.rejoin.generation = agent.generation.number
         logger.error("the job's controller is gone (its stream ended without ending the job); "

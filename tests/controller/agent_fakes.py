@@ -99,3 +99,6 @@ class FakeAgent:
 
     async def graceful_stop(self, stop_step: int | None) -> None:
         self.calls.append(("graceful_stop", stop_step))
+
+    async def flush_checkpoints(self) -> None:
+        self.calls.append(("flush", None))

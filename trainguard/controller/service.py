@@ -57,6 +57,7 @@ from trainguard.controller import (
     public_fault_intake,
 )
 from trainguard.controller.fault_centre.api import JobPlacement
+from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.node import node_faults
@@ -81,12 +82,16 @@ logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
 DISMISS_TIMEOUT = 30.0
-"""Seconds a host taken out of its job (its node UnHealthy) has to stop its workers and end."""
+"""Seconds a host taken out of its job (its node UnHealthy, its job not taken over) has to
+stop its workers and end."""
 DOCUMENT_POLL = 1.0  # seconds between looks at the public fault documents
 LEVEL_SWEEP = 1.0  # seconds between evaluations of the levels time alone changes
 STORE_NAME = "state.db"
 KV_NAME = "controller.db"
 FLUSH_TIMEOUT = 5.0  # seconds a job's last record may take to reach the store
+TAKEOVER_MARGIN = 5.0
+"""Seconds past the hosts' own wait (their controller_wait) that a controller taking a job
+over waits for the last of its hosts to register again."""
 
 
 class JoinError(RuntimeError):
@@ -545,6 +550,12 @@ class ControllerService:
                 job.spares.add(proxy)
             else:
                 job.hosts[place] = proxy
+            if job.adopting and not job.started and len(job.hosts) + len(job.spares) == 1:
+                wait = register.rejoin.wait + TAKEOVER_MARGIN
+                bound = asyncio.create_task(self._bound_takeover(job, wait),
+                                            name=f"job-{register.job}-takeover")
+                self._runs.add(bound)
+                bound.add_done_callback(self._runs.discard)
             logger.info("host %s joined job %s %s (%d of %d hosts, %d spares)", register.host,
                         register.job, what, len(job.hosts), register.nnodes, len(job.spares))
             if job.complete and not job.started:
@@ -572,6 +583,39 @@ class ControllerService:
         finally:
             job.release(place)
             await proxy.close()
+
+    async def _bound_takeover(self, job: _ClusterJob, wait: float) -> None:
+        """A job being taken over whose hosts have not all registered again within ``wait``
+        seconds never will: the missing ones have stopped themselves after a dying checkpoint.
+        Those that came back stop too, what their memory holds written to disk, and are told
+        why, rather than train on without their peers while nothing can recover them."""
+        await asyncio.sleep(wait)
+        if job.started:
+            return
+        job.started = True  # no host joins it any more
+        name = job.first.job
+        missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
+        reason = (f"job {name} could not be taken over: its host(s) at node rank(s) {missing} "
+                  f"did not register again within {wait:g} s; stopped (it resumes from its "
+                  "checkpoints when started again)")
+        logger.error("%s", reason)
+        end = pb.EndJob(exit_code=1, outcome=str(events.JobOutcome.STOPPED), reason=reason)
+
+        async def stop(proxy: agent_proxy.AgentProxy) -> None:
+            try:
+                async with asyncio.timeout(DISMISS_TIMEOUT):
+                    await proxy.stop_workers()
+                    await proxy.flush_checkpoints()
+                    await proxy.end_job(end)
+            except (TimeoutError, agent_proxy.AgentCommandError, process.RecoveryError) as error:
+                logger.warning("host %s did not stop when told: %s", proxy.host,
+                               error or f"no answer within {DISMISS_TIMEOUT:g} s")
+
+        try:
+            await asyncio.gather(*map(stop, [*job.hosts.values(), *job.spares.waiting()]))
+        finally:
+            self._jobs.pop(name, None)
+            job.ended.set()
 
     async def _take_over(self, job: _ClusterJob) -> tuple[job_record.JobRecord,
                                                           cluster_agents.ClusterGeneration | None]:

@@ -105,12 +105,14 @@ class DeviceGrade(_message.Message):
     def __init__(self, device: _Optional[int] = ..., level: _Optional[str] = ...) -> None: ...
 
 class Rejoin(_message.Message):
-    __slots__ = ("spare", "generation")
+    __slots__ = ("spare", "generation", "wait")
     SPARE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
     spare: bool
     generation: int
-    def __init__(self, spare: _Optional[bool] = ..., generation: _Optional[int] = ...) -> None: ...
+    wait: float
+    def __init__(self, spare: _Optional[bool] = ..., generation: _Optional[int] = ..., wait: _Optional[float] = ...) -> None: ...
 
 class Recovery(_message.Message):
     __slots__ = ("max_restarts", "crash_loop_window", "crash_loop_repeats", "crash_loop_settle", "snapshot_grace", "recover_strategy", "recover_timeout", "fault_retry_times")
