@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy
+import pytest
 import torch
 
 from trainguard.train import rng, snapshot
@@ -80,3 +82,53 @@ def test_states_are_compact_for_the_snapshot_pickler() -> None:
     states = rng.capture()
     assert isinstance(states["python"][1], bytes)
     assert isinstance(states["numpy"][1], bytes)
+
+
+def _numpy_state() -> tuple[object, ...]:
+    name, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
+    words = numpy.asarray(keys)
+    return (name, words.tobytes(), words.dtype.str, position, has_gauss, gauss)
+
+
+def test_numpy_state_is_exact_whatever_was_drawn_between_captures() -> None:
+    """numpy's state is read in full only when its words moved: a capture after no draw, a
+    uniform draw, one normal (computed in pairs: the second is cached, the words move) and
+    the cached normal taken (the words stay) each equals numpy's own reading."""
+    numpy.random.seed(21)
+    for drawn in ((), (numpy.random.rand,), (numpy.random.randn,), (numpy.random.randn,), (),
+                  (numpy.random.randn,)):
+        for draw_one in drawn:
+            draw_one()
+        assert rng.capture()["numpy"] == _numpy_state()
+
+
+def test_a_restore_is_never_taken_for_the_state_read_last() -> None:
+    """The state before the cached normal was taken has the same words as the state after:
+    restored, it must be captured with its normal, not as last read."""
+    numpy.random.seed(22)
+    numpy.random.randn()  # one normal drawn, its pair cached
+    with_cached = rng.capture()
+    numpy.random.randn()  # the cached one taken: the same words
+    rng.capture()
+    rng.restore(with_cached)
+    assert rng.capture()["numpy"] == with_cached["numpy"] == _numpy_state()
+    expected = numpy.random.randn()
+    rng.restore(with_cached)
+    assert numpy.random.randn() == expected
+
+
+def test_numpy_is_read_in_full_only_once_its_words_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    numpy.random.seed(23)
+    reads = []
+    full = numpy.random.get_state
+
+    def counted() -> Any:
+        reads.append(1)
+        return full()
+
+    monkeypatch.setattr(numpy.random, "get_state", counted)
+    for _ in range(3):
+        rng.capture()
+    numpy.random.rand()
+    rng.capture()
+    assert len(reads) == 2, "read at the first capture and after the draw only"

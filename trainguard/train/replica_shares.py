@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -46,28 +46,28 @@ class SharesError(RuntimeError):
     """A snapshot's shares cannot be assembled; the message says why."""
 
 
-def _tensors(node: Any) -> Iterator[torch.Tensor]:
+def _collect(node: Any, found: list[torch.Tensor], seen: set[int]) -> None:
+    """Append the tensors under ``node`` not yet ``seen`` to ``found``, in order (no
+    generators: this runs on every snapshot)."""
     if isinstance(node, torch.Tensor):
-        yield node
+        if id(node) not in seen:
+            seen.add(id(node))
+            found.append(node)
     elif isinstance(node, dict):
         for value in node.values():
-            yield from _tensors(value)
+            _collect(value, found, seen)
     elif isinstance(node, list | tuple):
         for value in node:
-            yield from _tensors(value)
+            _collect(value, found, seen)
 
 
 def replicated_tensors(tree: dict[str, Any], per_rank: Collection[str]) -> list[torch.Tensor]:
     """The tensors of ``tree["state"]`` outside the ``per_rank`` keys, each once, in order."""
     seen: set[int] = set()
-    found = []
+    found: list[torch.Tensor] = []
     for key, value in tree["state"].items():
-        if key in per_rank:
-            continue
-        for tensor in _tensors(value):
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
-                found.append(tensor)
+        if key not in per_rank:
+            _collect(value, found, seen)
     return found
 
 

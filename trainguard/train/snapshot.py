@@ -10,6 +10,7 @@ device it was saved from.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import mmap
@@ -46,6 +47,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None), bytes, dict, list, tuple,
+                    collections.OrderedDict})
+"""Types a tree holds most of, never tensors."""
+
+
 class _TensorPickler(pickle.Pickler):
     """Pickles a tree with each tensor replaced by its number in :attr:`tensors`; one class
     for every call, since a class made per call costs more than pickling a small tree."""
@@ -57,7 +63,10 @@ class _TensorPickler(pickle.Pickler):
         self.sources = sources
 
     def persistent_id(self, obj: Any) -> int | None:
-        if type(obj) is not torch.Tensor and not isinstance(obj, torch.Tensor):
+        # Called for every object of the tree, keys and numbers included: the plain types
+        # are turned away first, at the cost of one set lookup.
+        kind = type(obj)
+        if kind in _PLAIN or (kind is not torch.Tensor and not isinstance(obj, torch.Tensor)):
             return None
         key = id(obj)
         number = self.index.get(key)
