@@ -513,6 +513,15 @@ class _ControllerAway:
         finally:
             for connection in rejoined:
                 await connection.disconnect()
+        if end.host_leaves:  # the job goes on elsewhere: what this host did is all it knows
+            generation = self._agent.generation
+            completed = generation.completed_step if generation is not None else None
+            return job_controller.JobResult(
+                outcome=events.JobOutcome(end.outcome), reason=end.reason,
+                exit_code=end.exit_code, faults=(),
+                generations=generation.number + 1 if generation is not None else 0,
+                restarts_used=0, wall_seconds=self._clock.monotonic() - started,
+                resume_step=completed + 1 if completed is not None else 0)
         return job_controller.JobResult(
             outcome=events.JobOutcome(end.outcome), reason=end.reason, exit_code=end.exit_code,
             faults=(), generations=end.generations, restarts_used=end.restarts_used,

@@ -5,6 +5,7 @@ identical to a run without faults. Without a spare: a clear failure after the st
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -106,6 +107,9 @@ def test_a_host_whose_node_turns_unhealthy_leaves_and_the_spare_takes_its_ranks(
     assert recovery["steps_lost"] == 0
     assert "this spare host takes node 1's ranks" in hosts[2].output()
     assert "stopped: node host-1 is UnHealthy" in hosts[1].output()  # its summary's outcome
+    steps = re.search(r"steps completed\W+(\d+)", hosts[1].output())
+    assert steps is not None, hosts[1].output()
+    assert int(steps.group(1)) > 0, "its summary counts the steps it trained"
     again = cluster.host(1, "--nproc-per-node", "2", "--node-name", "host-1", *JOB,
                          nnodes="2:3")
     assert again.wait(60) != 0

@@ -353,7 +353,7 @@ class ClusterAgents:
         with contextlib.suppress(agent_proxy.AgentCommandError):
             await failed.flush_checkpoints()  # what its memory held stays on its disk
             await failed.end_job(pb.EndJob(
-                exit_code=0, outcome=str(events.JobOutcome.STOPPED),
+                exit_code=0, outcome=str(events.JobOutcome.STOPPED), host_leaves=True,
                 reason=f"this host's ranks went to spare host {self._hosts[node].host} after "
                        f"{fault.describe()} (a retry avoids the host that failed)"))
         return [node]

@@ -577,7 +577,7 @@ class ControllerService:
             if isinstance(proxy.gone, agent_proxy.HostFencedError):
                 await proxy.dismiss(pb.EndJob(
                     exit_code=node_faults.UNHEALTHY_EXIT_CODE,
-                    outcome=str(events.JobOutcome.STOPPED),
+                    outcome=str(events.JobOutcome.STOPPED), host_leaves=True,
                     reason=f"{proxy.gone}: this host left job {register.job}"),
                     timeout=DISMISS_TIMEOUT)
         finally:

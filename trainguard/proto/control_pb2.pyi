@@ -265,7 +265,7 @@ class Leave(_message.Message):
     def __init__(self, replace: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EndJob(_message.Message):
-    __slots__ = ("exit_code", "outcome", "reason", "generations", "restarts_used", "resume_step", "wall_seconds", "errors")
+    __slots__ = ("exit_code", "outcome", "reason", "generations", "restarts_used", "resume_step", "wall_seconds", "errors", "host_leaves")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +274,7 @@ class EndJob(_message.Message):
     RESUME_STEP_FIELD_NUMBER: _ClassVar[int]
     WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    HOST_LEAVES_FIELD_NUMBER: _ClassVar[int]
     exit_code: int
     outcome: str
     reason: str
@@ -282,7 +283,8 @@ class EndJob(_message.Message):
     resume_step: int
     wall_seconds: float
     errors: str
-    def __init__(self, exit_code: _Optional[int] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., generations: _Optional[int] = ..., restarts_used: _Optional[int] = ..., resume_step: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., errors: _Optional[str] = ...) -> None: ...
+    host_leaves: bool
+    def __init__(self, exit_code: _Optional[int] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., generations: _Optional[int] = ..., restarts_used: _Optional[int] = ..., resume_step: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., errors: _Optional[str] = ..., host_leaves: _Optional[bool] = ...) -> None: ...
 
 class Dump(_message.Message):
     __slots__ = ("failed",)
