@@ -16,7 +16,9 @@ each snapshot variant's overhead against the job without (target: at most 5%). B
 floor: one replica's state copied once per step at this machine's memory bandwidth (measured
 here on one thread, into memory reserved beforehand, as the snapshot does; the fastest of 11),
 as a share of the step without snapshots; every rank of a data-parallel group copying its
-whole state costs ``ranks`` times that. Prints one JSON object; ``--output`` also writes it
+whole state costs ``ranks`` times that. And the noise: the job without snapshots run a second
+time in each round, against the first (an overhead within it is not resolved here). Prints one
+JSON object; ``--output`` also writes it
 (default when given without a path: benchmarks/results/snapshot-overhead.json).
 
     python -m benchmarks.snapshot_overhead --output          # 4 ranks, 200 steps
@@ -39,14 +41,19 @@ from torch import nn
 
 from benchmarks import common, overhead
 
-__all__ = ["BASELINE", "SIZES", "TARGET", "VARIANTS", "Size", "copy_seconds", "main", "state_bytes"]
+__all__ = ["BASELINE", "CONTROL", "SIZES", "TARGET", "VARIANTS", "Size", "copy_seconds", "main",
+           "state_bytes"]
 
 NAME = "snapshot-overhead"
 TARGET = 0.05  # a snapshot variant's median step may be at most this much slower
 BASELINE = "no snapshots"
+CONTROL = "no snapshots, again"
+"""The baseline run a second time in each round: how far two identical runs differ here (the
+noise), printed beside every verdict. On a shared machine it can be as large as the target."""
 _AT_ONCE = {"TRAINGUARD_SNAPSHOT_COPY_BEHIND": "0"}
 VARIANTS = {  # name -> (snapshot every N steps, environment)
     BASELINE: (0, {}),
+    CONTROL: (0, {}),
     "whole, every step": (1, {"TRAINGUARD_SNAPSHOT_SHARES": "0"}),
     "shares, every step": (1, {"TRAINGUARD_SNAPSHOT_SHARES": "1"}),
     "whole, copied at once": (1, {"TRAINGUARD_SNAPSHOT_SHARES": "0", **_AT_ONCE}),
@@ -106,7 +113,7 @@ def _command(size: Size, every: int, workdir: Path, args: argparse.Namespace) ->
 
 
 def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    chosen = {BASELINE, *(args.variants or VARIANTS)}
+    chosen = {BASELINE, CONTROL, *(args.variants or VARIANTS)}
     times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
     for number in range(args.rounds):
         for name in times:
@@ -121,7 +128,7 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
     medians = {name: statistics.median(values) for name, values in times.items()}
     baseline = medians[BASELINE]
     overheads = {name: median / baseline - 1 for name, median in medians.items()
-                 if name != BASELINE}
+                 if name not in (BASELINE, CONTROL)}
     nbytes = state_bytes(size.width)
     floor = copy_seconds(nbytes)
     return {
@@ -129,6 +136,7 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
         "median_step_seconds": medians,
         "steps_measured": {name: len(values) for name, values in times.items()},
         "overhead": overheads, "met": {name: value <= TARGET for name, value in overheads.items()},
+        "noise": medians[CONTROL] / baseline - 1,
         "floor_copy_seconds": floor, "floor_overhead": floor / baseline,
         "every_rank_copies_overhead": args.nproc_per_node * floor / baseline,
     }
@@ -156,9 +164,10 @@ def parser() -> argparse.ArgumentParser:
     common.add_step_job_arguments(result, name=NAME, steps=200)
     result.add_argument("--sizes", nargs="+", choices=[size.name for size in SIZES],
                         default=[size.name for size in SIZES])
-    result.add_argument("--variants", nargs="+", choices=list(VARIANTS),
-                        help=f"measure only these ({BASELINE!r}, the baseline, always); "
-                             "default: all")
+    result.add_argument("--variants", nargs="+",
+                        choices=[name for name in VARIANTS if name not in (BASELINE, CONTROL)],
+                        help=f"measure only these ({BASELINE!r}, the baseline, and {CONTROL!r}, "
+                             "the noise, always); default: all")
     return result
 
 

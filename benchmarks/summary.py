@@ -320,19 +320,21 @@ def _snapshot_overhead(lines: list[str]) -> None:
         f"## Step-time cost of a snapshot every step, {result['when']}", "",
         f"`{_command(result)}`", "", result["setup"] + ".", "",
         f"| state per rank | no snapshots | {' | '.join(variants)} | floor "
-        "(one replica's copy) | every rank copying its whole state |",
-        "|---" * (len(variants) + 4) + "|",
+        "(one replica's copy) | every rank copying its whole state | noise (no snapshots, "
+        "run again) |",
+        "|---" * (len(variants) + 5) + "|",
     ]
     verdicts = []
     for size in result["sizes"]:
         medians, overheads = size["median_step_seconds"], size["overhead"]
         cells = [f"{medians[name] * 1000:.1f} ms ({overheads[name]:+.1%})" for name in variants]
+        noise = f"{size['noise']:+.1%}" if "noise" in size else "not measured"
         lines.append(f"| {size['name']} ({size['state_bytes_per_rank'] / 1e6:.1f} MB) | "
                      f"{medians['no snapshots'] * 1000:.1f} ms | {' | '.join(cells)} | "
                      f"{size['floor_copy_seconds'] * 1000:.1f} ms ({size['floor_overhead']:+.1%}) "
-                     f"| {size['every_rank_copies_overhead']:+.1%} |")
+                     f"| {size['every_rank_copies_overhead']:+.1%} | {noise} |")
         verdicts += [f"- {size['name']}, {name}, at most {result['target']:.0%} above no "
-                     f"snapshots: {_verdict(met)} ({overheads[name]:+.1%})"
+                     f"snapshots: {_verdict(met)} ({overheads[name]:+.1%}; noise {noise})"
                      for name, met in size["met"].items()]
     lines += ["", *verdicts, ""]
 

@@ -24,7 +24,8 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert json.loads(output.read_text()) == result
     [size] = result["sizes"]
     assert size["name"] == "demo"
-    assert set(size["median_step_seconds"]) == {snapshot_overhead.BASELINE, *asked}
+    assert set(size["median_step_seconds"]) == {snapshot_overhead.BASELINE,
+                                                snapshot_overhead.CONTROL, *asked}
     assert set(size["overhead"]) == set(asked)
     assert all(count == 2 * (12 - 1) for count in size["steps_measured"].values())
     assert size["met"] == {name: value <= snapshot_overhead.TARGET
@@ -32,6 +33,9 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert size["state_bytes_per_rank"] == snapshot_overhead.state_bytes(256)
     assert size["floor_copy_seconds"] > 0
     assert size["every_rank_copies_overhead"] == pytest.approx(2 * size["floor_overhead"])
+    medians = size["median_step_seconds"]
+    assert size["noise"] == pytest.approx(
+        medians[snapshot_overhead.CONTROL] / medians[snapshot_overhead.BASELINE] - 1)
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     lines: list[str] = []
@@ -40,6 +44,7 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert "python -m benchmarks.snapshot_overhead --nproc-per-node 2 --steps 12" in text
     assert "| demo (2.4 MB) |" in text
     assert "- demo, shares, every step, at most 5% above no snapshots: " in text
+    assert f"noise {size['noise']:+.1%})" in text
 
 
 def test_the_large_size_holds_about_75_megabytes_per_rank() -> None:
