@@ -515,13 +515,9 @@ class _ControllerAway:
                 await connection.disconnect()
         if end.host_leaves:  # the job goes on elsewhere: what this host did is all it knows
             generation = self._agent.generation
-            completed = generation.completed_step if generation is not None else None
-            return job_controller.JobResult(
-                outcome=events.JobOutcome(end.outcome), reason=end.reason,
-                exit_code=end.exit_code, faults=(),
-                generations=generation.number + 1 if generation is not None else 0,
-                restarts_used=0, wall_seconds=self._clock.monotonic() - started,
-                resume_step=completed + 1 if completed is not None else 0)
+            return self._result(events.JobOutcome(end.outcome), end.reason,
+                                exit_code=end.exit_code, started=started,
+                                generation=generation)
         return job_controller.JobResult(
             outcome=events.JobOutcome(end.outcome), reason=end.reason, exit_code=end.exit_code,
             faults=(), generations=end.generations, restarts_used=end.restarts_used,
@@ -559,36 +555,37 @@ class _ControllerAway:
         if generation is None:
             return self._result(events.JobOutcome.FAILED, "the job's controller went away "
                                 "before this host held any ranks", exit_code=1, started=started,
-                                resume=0, generation=None)
-        resume = (generation.completed_step or -1) + 1
+                                generation=None)
         if not generation.outcome.done():
             await agent.graceful_stop(cluster_view.stop_step(
                 w.begun_step for w in generation.workers.values()))
             await agent.flush_checkpoints()
             return self._result(events.JobOutcome.STOPPED, f"the job's controller was gone "
                                 f"for {wait:g} s: stopped after a dying checkpoint", exit_code=1,
-                                started=started, resume=resume, generation=generation)
+                                started=started, generation=generation)
         outcome = generation.outcome.result()
         await agent.stop_workers()
         await agent.flush_checkpoints()
         if outcome.kind is process.OutcomeKind.SUCCEEDED:
             return self._result(events.JobOutcome.SUCCEEDED, "every rank of this host "
                                 "finished (the controller was gone)", exit_code=0,
-                                started=started, resume=resume, generation=generation)
+                                started=started, generation=generation)
         what = outcome.fault.describe() if outcome.fault is not None else outcome.detail
         return self._result(events.JobOutcome.FAILED, f"the job's controller is gone, and "
                             f"nothing recovers this host's fault: {what}", exit_code=1,
-                            started=started, resume=resume, generation=generation)
+                            started=started, generation=generation)
 
     def _result(self, outcome: events.JobOutcome, reason: str, *, exit_code: int,
-                started: float, resume: int, generation: workers.Generation | None
+                started: float, generation: workers.Generation | None
                 ) -> job_controller.JobResult:
+        """This host's own figures, its ranks resuming after the highest step they completed."""
         logger.error("%s", reason)
+        completed = generation.completed_step if generation is not None else None
         return job_controller.JobResult(
             outcome=outcome, reason=reason, exit_code=exit_code, faults=(),
             generations=generation.number + 1 if generation is not None else 0,
             restarts_used=0, wall_seconds=self._clock.monotonic() - started,
-            resume_step=resume)
+            resume_step=completed + 1 if completed is not None else 0)
 
 
 @contextlib.contextmanager
