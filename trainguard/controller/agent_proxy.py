@@ -268,14 +268,16 @@ class AgentProxy:
         :meth:`dismiss`. The channel stays open for that."""
         self._lost(HostFencedError(why))
 
-    async def dismiss(self, end: pb.EndJob, *, timeout: float) -> bool:
-        """Stop a fenced host's workers and end its run with ``end``; whether it acknowledged
-        both within ``timeout`` seconds (a host that did not is left to its own end: it exits
-        once it finds no controller that takes it back)."""
-        assert isinstance(self._gone, HostFencedError), "fence first"
+    async def dismiss(self, end: pb.EndJob, *, timeout: float, flush: bool = False) -> bool:
+        """Stop the host's workers (``flush``: then write what its memory holds to disk) and
+        end its run with ``end``, fenced or not; whether it acknowledged all within ``timeout``
+        seconds (a host that did not is left to its own end: it exits once it finds no
+        controller that takes it back)."""
         try:
             async with asyncio.timeout(timeout):
                 await self._exchange(stop_workers=pb.StopWorkers())
+                if flush:
+                    await self._exchange(flush_checkpoints=pb.FlushCheckpoints())
                 await self._exchange(end_job=end)
         except (TimeoutError, AgentCommandError, process.RecoveryError) as error:
             logger.warning("host %s did not end its run when told: %s", self.host,

@@ -57,7 +57,6 @@ from trainguard.controller import (
     public_fault_intake,
 )
 from trainguard.controller.fault_centre.api import JobPlacement
-from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.node import node_faults
@@ -600,19 +599,9 @@ class ControllerService:
                   "checkpoints when started again)")
         logger.error("%s", reason)
         end = pb.EndJob(exit_code=1, outcome=str(events.JobOutcome.STOPPED), reason=reason)
-
-        async def stop(proxy: agent_proxy.AgentProxy) -> None:
-            try:
-                async with asyncio.timeout(DISMISS_TIMEOUT):
-                    await proxy.stop_workers()
-                    await proxy.flush_checkpoints()
-                    await proxy.end_job(end)
-            except (TimeoutError, agent_proxy.AgentCommandError, process.RecoveryError) as error:
-                logger.warning("host %s did not stop when told: %s", proxy.host,
-                               error or f"no answer within {DISMISS_TIMEOUT:g} s")
-
         try:
-            await asyncio.gather(*map(stop, [*job.hosts.values(), *job.spares.waiting()]))
+            await asyncio.gather(*(proxy.dismiss(end, timeout=DISMISS_TIMEOUT, flush=True)
+                                   for proxy in [*job.hosts.values(), *job.spares.waiting()]))
         finally:
             self._jobs.pop(name, None)
             job.ended.set()
