@@ -141,10 +141,15 @@ def test_documented_loader_assembles_a_rank_from_shares(tmp_path: Path) -> None:
     shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(3, 3),
                                           enabled=True)
     shares._checked = True  # one process: no replicas to compare
-    elsewhere = shares.elsewhere(tree)
-    assert elsewhere, "the sample state is split in shares"
-    tensors = replica_shares.replicated_tensors(tree, ())
-    complement = {id(t): 0 for t in tensors if id(t) not in elsewhere}
+    sources: list[int] = []
+    _, tensors = snapshot.flatten(tree, sources=sources)
+    held = shares.holders(tree, tensors, sources)
+    assert held is not None, "the sample state is split in shares"
+    elsewhere = {source: holder for source, holder in zip(sources, held, strict=True)
+                 if holder is not None}
+    random_state = id(tree["rng"]["torch"])
+    complement = {source: 0 for source, holder in zip(sources, held, strict=True)
+                  if holder is None and source != random_state}
     write_shard(tmp_path / "rank-00000.tgsnap", tree, step=42, elsewhere=elsewhere)
     write_shard(tmp_path / "rank-00001.tgsnap", tree, step=42, elsewhere=complement)
     namespace: dict[str, Any] = {}

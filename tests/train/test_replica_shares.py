@@ -26,11 +26,29 @@ def test_each_replica_holds_a_run_of_about_equal_bytes() -> None:
     assert replica_shares.assign([torch.zeros(1000), *tensors], (1, 3)) == [1, *[3] * 8]
 
 
+def holders(shares: replica_shares.ReplicaShares, saved: dict[str, object]
+            ) -> list[int | None] | None:
+    sources: list[int] = []
+    _, tensors = snapshot.flatten(saved, sources=sources)
+    return shares.holders(saved, tensors, sources)
+
+
+class Position:
+    """A per-rank object holding its tensor as an attribute, not in a dict."""
+
+    def __init__(self, value: int) -> None:
+        self.tensor = torch.tensor([value])
+
+
 def test_per_rank_keys_and_random_generators_are_not_replicated() -> None:
     saved = tree()
-    found = replica_shares.replicated_tensors(saved, per_rank={"loader"})
-    assert len(found) == 8
-    assert all(t is not saved["state"]["loader"]["position"] for t in found)  # type: ignore[index]
+    saved["state"]["loader"]["object"] = Position(9)  # type: ignore[index]
+    shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(4, 4),
+                                          enabled=True, per_rank={"loader"})
+    shares._checked = True
+    # 8 replicated weights in runs of 2 (rank 0 keeps its own and rank 3's); the loader's two
+    # tensors, one inside an object, and the random state stay in every snapshot.
+    assert holders(shares, saved) == [None, None, 1, 1, 2, 2, None, None, None, None, None]
 
 
 def test_each_share_is_kept_by_its_holder_and_the_next_replica_in_the_ring() -> None:
@@ -47,9 +65,7 @@ def test_a_share_snapshot_leaves_the_others_tensors_to_their_holders(tmp_path: P
     shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
                                           enabled=True, per_rank={"loader"})
     shares._checked = True  # the replicas' comparison needs a process group: see e2e
-    elsewhere = shares.elsewhere(saved)
-    assert sorted(elsewhere.values()) == [2, 2, 3, 3]
-    prepared = snapshot.prepare(saved, elsewhere=elsewhere)
+    prepared = snapshot.Layouts().prepare(saved, holders=shares.holders)
     whole = snapshot.prepare(saved)
     assert whole.payload_len - prepared.payload_len >= 4 * 400
     assert [e.holder for e in snapshot_layout.decode_table(prepared.table)][:8] == [
@@ -77,7 +93,7 @@ def write_shares(directory: Path, ranks: list[int]) -> dict[int, str]:
         shares = replica_shares.ReplicaShares(rank=rank, layout=replicas.ReplicaLayout(4, 4),
                                               enabled=True, per_rank={"loader"})
         shares._checked = True
-        prepared = snapshot.prepare(saved, elsewhere=shares.elsewhere(saved))
+        prepared = snapshot.Layouts().prepare(saved, holders=shares.holders)
         path = directory / f"rank-{rank}"
         path.write_bytes(b"\0" * prepared.nbytes)
         mapped = snapshot.MappedSlot(str(path))
@@ -110,7 +126,7 @@ def test_a_tree_with_fewer_tensors_than_replicas_is_snapshotted_whole() -> None:
     shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(2, 2),
                                           enabled=True)
     shares._checked = True
-    assert shares.elsewhere(saved) == {}
+    assert holders(shares, saved) is None
 
 
 def test_settings_come_from_the_environment_first() -> None:

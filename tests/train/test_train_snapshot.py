@@ -338,8 +338,11 @@ def test_the_table_is_laid_out_once_while_the_tensors_keep_their_layout() -> Non
     first = layouts.prepare({"w": torch.zeros(3), "step": 1})
     again = layouts.prepare({"w": torch.ones(3), "step": 2})
     assert again.entries is first.entries
-    moved = layouts.prepare({"w": torch.ones(3), "step": 2}, elsewhere={})
-    assert moved.entries is first.entries
+    whole = layouts.prepare({"w": torch.ones(3), "step": 2}, holders=lambda *_: None)
+    assert whole.entries is first.entries
+    held = layouts.prepare({"w": torch.ones(3), "step": 2}, holders=lambda *_: [2])
+    assert held.entries is not first.entries
+    assert (held.entries[0].holder, held.entries[0].nbytes) == (2, 0)
     other = layouts.prepare({"w": torch.ones(4), "step": 2})
-    assert other.entries is not first.entries
+    assert other.entries is not held.entries
     assert other.entries[0].shape == (4,)

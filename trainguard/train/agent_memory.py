@@ -96,8 +96,7 @@ class AgentMemoryBackend:
         self.flush()
         slot = self._next_slot
         declared = self.slow_save_expected()  # the session declared it busy work
-        prepared = self._layouts.prepare(
-            tree, elsewhere={} if whole else self._shares.elsewhere(tree))
+        prepared = self._layouts.prepare(tree, holders=None if whole else self._shares.holders)
         mapped = self._slot(slot, prepared.nbytes)
         later: list[int] = []
         # Below the threshold in all, no subset is worth a thread: skip finding the owned ones.

@@ -36,8 +36,7 @@ import xxhash
 from trainguard.job import replicas
 from trainguard.train import snapshot
 
-__all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "kept",
-           "replicated_tensors"]
+__all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "kept"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,29 +45,16 @@ class SharesError(RuntimeError):
     """A snapshot's shares cannot be assembled; the message says why."""
 
 
-def _collect(node: Any, found: list[torch.Tensor], seen: set[int]) -> None:
-    """Append the tensors under ``node`` not yet ``seen`` to ``found``, in order (no
-    generators: this runs on every snapshot)."""
-    if isinstance(node, torch.Tensor):
-        if id(node) not in seen:
-            seen.add(id(node))
-            found.append(node)
-    elif isinstance(node, dict):
-        for value in node.values():
-            _collect(value, found, seen)
-    elif isinstance(node, list | tuple):
-        for value in node:
-            _collect(value, found, seen)
-
-
-def replicated_tensors(tree: dict[str, Any], per_rank: Collection[str]) -> list[torch.Tensor]:
-    """The tensors of ``tree["state"]`` outside the ``per_rank`` keys, each once, in order."""
-    seen: set[int] = set()
-    found: list[torch.Tensor] = []
-    for key, value in tree["state"].items():
-        if key not in per_rank:
-            _collect(value, found, seen)
-    return found
+def _per_rank_sources(tree: dict[str, Any], per_rank: Collection[str]) -> set[int]:
+    """The ``id()`` of every tensor of ``tree`` outside ``tree["state"]`` (the step, random
+    generators) or under its ``per_rank`` keys: they differ between replicas. Found by the
+    snapshot's own pickler, so that a tensor it finds anywhere (in an object's attributes too)
+    is counted as it will be saved."""
+    parts = [value for key, value in tree.items() if key != "state"]
+    parts += [tree["state"][key] for key in per_rank if key in tree["state"]]
+    sources: list[int] = []
+    snapshot.flatten(parts, sources=sources)
+    return set(sources)
 
 
 def assign(tensors: list[torch.Tensor], group: tuple[int, ...]) -> list[int]:
@@ -173,25 +159,32 @@ class ReplicaShares:
         """The next snapshot checks again that the replicas are identical."""
         self._checked = False
 
-    def elsewhere(self, tree: dict[str, Any]) -> dict[int, int]:
-        """For :func:`snapshot.prepare`: the ``id()`` of each tensor another rank writes, and
-        that rank; empty when this snapshot is to be whole."""
+    def holders(self, tree: dict[str, Any], tensors: list[torch.Tensor],
+                sources: list[int]) -> list[int | None] | None:
+        """A :data:`snapshot.HolderRule`: for each of ``tree``'s tensors (as the snapshot's
+        pickler found them, each once, in the tree's order), the rank that writes it instead of
+        this one; None when this snapshot is to be whole. The replicated tensors are those
+        outside the per-rank parts."""
         if not self.enabled:
-            return {}
-        tensors = replicated_tensors(tree, self._per_rank)
+            return None
+        per_rank = _per_rank_sources(tree, self._per_rank)
+        replicated = [index for index, source in enumerate(sources) if source not in per_rank]
         if not self._checked:
             self._checked = True
-            if not self._identical(tensors):
+            if not self._identical([tensors[index] for index in replicated]):
                 self.enabled = False
-                return {}
-        holders = assign(tensors, self._group)
-        if len(set(holders)) < len(self._group):
+                return None
+        assigned = assign([tensors[index] for index in replicated], self._group)
+        if len(set(assigned)) < len(self._group):
             # Too few tensors for a share each: whole, so that every snapshot written as
             # shares lacks some tensor on every rank, and every rank of the group assembles.
-            return {}
+            return None
         keep = kept(self._rank, self._group)
-        return {id(tensor): holder for tensor, holder in zip(tensors, holders, strict=True)
-                if holder not in keep}
+        held: list[int | None] = [None] * len(tensors)
+        for index, holder in zip(replicated, assigned, strict=True):
+            if holder not in keep:
+                held[index] = holder
+        return held
 
     def _identical(self, tensors: list[torch.Tensor]) -> bool:
         if not (dist.is_available() and dist.is_initialized()):

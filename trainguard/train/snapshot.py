@@ -27,6 +27,8 @@ from trainguard.train import device_copy
 
 __all__ = [
     "Absent",
+    "HolderRule",
+    "Layouts",
     "MappedSlot",
     "Prepared",
     "SnapshotError",
@@ -114,10 +116,17 @@ class Prepared:
         return self.payload_offset + self.payload_len
 
 
+HolderRule = Callable[[Any, list[torch.Tensor], list[int]], list[int | None] | None]
+"""Given a tree, its tensors in pickling order and each one's ``id()`` in the tree: the rank
+whose snapshot holds each tensor instead of this one (None: this one), or None when every
+tensor is here. Applied to the tensors the pickler found, so that the tree is walked once."""
+
+
 def prepare(tree: Any, *, elsewhere: Mapping[int, int] | None = None) -> Prepared:
     """Lay ``tree`` out; ``elsewhere`` maps the ``id()`` of a tensor of the tree to the rank
     whose snapshot holds it instead (its share of replicated state): it gets no bytes here."""
-    return Layouts().prepare(tree, elsewhere=elsewhere)
+    return Layouts().prepare(tree, holders=None if not elsewhere else (
+        lambda _tree, _tensors, sources: [elsewhere.get(source) for source in sources]))
 
 
 class Layouts:
@@ -131,16 +140,16 @@ class Layouts:
         self._table = b""
         self._payload_len = 0
 
-    def prepare(self, tree: Any, *, elsewhere: Mapping[int, int] | None = None) -> Prepared:
-        """See :func:`prepare`."""
+    def prepare(self, tree: Any, *, holders: HolderRule | None = None) -> Prepared:
+        """See :func:`prepare`; ``holders`` says which tensors other snapshots hold."""
         sources: list[int] = []
         skeleton, tensors = flatten(tree, sources=sources)
-        holders: list[int | None] = ([None] * len(tensors) if not elsewhere
-                                     else [elsewhere.get(s) for s in sources])
+        held = (holders(tree, tensors, sources) if holders is not None else None
+                ) or [None] * len(tensors)
         key = tuple(zip((t.dtype for t in tensors), (t.shape for t in tensors),
-                        (t.device for t in tensors), holders, strict=True))
+                        (t.device for t in tensors), held, strict=True))
         if key != self._key:
-            self._entries, self._payload_len = _lay_out(tensors, holders)
+            self._entries, self._payload_len = _lay_out(tensors, held)
             self._table = snapshot_layout.encode_table(self._entries)
             self._key = key
         head = snapshot_layout.HEADER_SIZE + len(self._table) + len(skeleton)
