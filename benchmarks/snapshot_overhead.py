@@ -5,7 +5,7 @@ The job is jobs/overhead_job.py under ``trainguard run`` with ``Session.step`` a
 75 MB of state per rank (3 x 1448x1448 Linear + Adam, batch 128). Each size runs without
 snapshots, with ``Session.checkpoint`` after every step writing every rank's whole state
 (``TRAINGUARD_SNAPSHOT_SHARES=0``), and the same with shares (the default: each replica writes
-its 1/dp share of the replicated state and a copy of its ring predecessor's); each of those two
+its 1/dp share of the replicated state, once); each of those two
 as trainguard does by default (the optimizer's tensors,
 from 16 MiB on, copied while the next step computes: train/copy_behind.py) and copied at once
 (``TRAINGUARD_SNAPSHOT_COPY_BEHIND=0``); ``--rounds`` times interleaved, so that a machine that

@@ -52,6 +52,7 @@ EVERY_MESSAGE: list[messages.Message] = [
     messages.Rejoin(generation=3, master_addr="127.0.0.1", master_port=29511,
                     restart_count=1),
     messages.SnapshotInterval(every=4, from_step=42),
+    messages.CompleteShares(request_id=5, holder=2),
     messages.RestorePlan(request_id=14, source=messages.RestoreSource.PEER, step=40, path="",
                          next_slot=0, slot_paths=["", ""], note="", peer=0, send_to=[]),
     messages.RestorePlan(request_id=15, source=messages.RestoreSource.REPLICA, step=40, path="",
@@ -77,7 +78,7 @@ def _envelope(**body: Any) -> bytes:
 
 def test_every_message_type_is_covered() -> None:
     assert {type(message) for message in EVERY_MESSAGE} == set(MESSAGE_CLASSES)
-    assert len(MESSAGE_CLASSES) == 23
+    assert len(MESSAGE_CLASSES) == 24
 
 
 @pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda cls: cls.__name__)

@@ -160,3 +160,19 @@ def test_a_malformed_setting_is_named(environ: dict[str, str], dp_size: int | No
     with pytest.raises(replica_shares.SharesError, match=re.escape(message)):
         replica_shares.ReplicaShares.from_env(rank=0, world_size=4, enabled=True,
                                               dp_size=dp_size, environ=environ)
+
+
+def test_the_optimizers_tensors_are_kept_by_their_holder_alone() -> None:
+    saved = tree()
+    shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
+                                          enabled=True, per_rank={"loader"})
+    shares._checked = True
+    sources: list[int] = []
+    _, tensors = snapshot.flatten(saved, sources=sources)
+    # w0..w7 in runs of 2 held by ranks 0..3; then the loader's position and the random state
+    assert shares.holders(saved, tensors, sources) == [
+        None, None, None, None, 2, 2, 3, 3, None, None]
+    owned = {tensor.data_ptr() for tensor in tensors[:6]}  # an optimizer's, not w6, w7
+    assert shares.holders(saved, tensors, sources, owned=owned) == [
+        0, 0, None, None, 2, 2, 3, 3, None, None]
+    assert shares.predecessor == 0

@@ -245,7 +245,8 @@ class CheckpointMemory:
         does not count; ``remote``: ranks sent their state of step ``only`` by a replica on
         another host (needing nothing here). Returns the snapshots used and, for each rank
         without its own, the replica that stands in."""
-        held = {rank: {state.header.step: state for state in self._slots.committed(rank)}
+        held = {rank: {state.header.step: state  # the first of a step: committed last
+                       for state in reversed(self._slots.committed(rank))}
                 for rank in self._ranks if rank not in lost and rank not in remote}
         steps = {step for states in held.values() for step in states}
         if only is not None and remote:

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import itertools
 import json
 import logging
 import math
@@ -118,6 +119,8 @@ class NodeAgent:
             detector=detector, clock=clock, interval=settings.monitor_interval,
             end=lambda worker: self._signal(worker, signal.SIGKILL), log=self._log)
         self._changed = asyncio.Event()  # a worker committed a snapshot or exited
+        self._request_ids = itertools.count(1)
+        self._completions: dict[tuple[int, int], asyncio.Future[messages.ControlReply]] = {}
         self.statistics = step_statistics.StepStatistics()
         self.snapshot_every = settings.snapshot_interval or 1  # auto starts at every step
 
@@ -444,7 +447,42 @@ class NodeAgent:
                     or (target is not None and (memory.newest_step(w.rank) or -1) < target))
                 for w in healthy)
 
+        started = self._clock.monotonic()
         await self._wait_changed(caught_up, timeout, poll=_SNAPSHOT_POLL_SECONDS)
+        await self._complete_shares(healthy, failed_rank,
+                                    timeout - (self._clock.monotonic() - started))
+
+    async def _complete_shares(self, healthy: list[workers.WorkerState], failed_rank: int,
+                               timeout: float) -> None:
+        """With shares, the failed rank's run of the optimizers' tensors is in its own
+        snapshot only (train/replica_shares.py): lost when it died before its snapshot of the
+        newest step the others hold, and not counted when its rank moves to a spare or is saved
+        from a replica. So its ring successor writes that run of the newest step again from its
+        live state, which is still that step's (CompleteShares). Every healthy rank holding the
+        step is asked, since the ring is the session's (its dp size); its successor answers
+        "done", the others why not (all of them, when snapshots are whole)."""
+        asked = [w for w in healthy if w.alive and w.link is not None]
+        loop = asyncio.get_running_loop()
+        replies = {}
+        for worker in asked:
+            request_id = next(self._request_ids)
+            replies[worker.rank] = future = loop.create_future()
+            self._completions[(worker.rank, request_id)] = future
+            worker.send(messages.CompleteShares(request_id, failed_rank))
+        try:
+            if replies:  # at least as long as a rank may take to answer (see the constant)
+                await asyncio.wait(replies.values(), timeout=max(
+                    timeout, 2 * messages.COMPLETE_SHARES_WAIT))
+        finally:
+            self._completions.clear()
+        answers = {rank: future.result() for rank, future in replies.items() if future.done()}
+        done = [rank for rank, answer in answers.items() if answer.ok]
+        if done:
+            self._log.info("rank %d wrote lost rank %d's share again", done[0], failed_rank)
+        else:
+            self._log.info("no rank wrote lost rank %d's share again: %s", failed_rank,
+                           "; ".join(f"rank {rank}: {answer.detail}" for rank, answer
+                                     in sorted(answers.items())) or "no answer")
 
     def disk_steps(self) -> list[int]:
         """The steps this host's checkpoint directory holds for all its ranks, newest first."""
@@ -625,6 +663,10 @@ class NodeAgent:
             case messages.Finished(time=at):
                 worker.finished_at = at
                 self._detector.forget(worker.rank, at=at)
+            case messages.ControlReply(request_id=request_id):
+                future = self._completions.get((worker.rank, request_id))
+                if future is not None and not future.done():
+                    future.set_result(message)
             case messages.StopRequested():
                 generation.settle(process.GenerationOutcome(
                     process.OutcomeKind.STOP_REQUESTED,

@@ -143,13 +143,15 @@ class SnapshotSlots:
         return False
 
     def committed(self, rank: int) -> list[SlotState]:
-        """The rank's complete snapshots, newest step first."""
+        """The rank's complete snapshots, newest step first; of two of the same step, the one
+        committed last first (a snapshot completed with a lost rank's share holds more)."""
         found = []
         for slot in range(SLOTS_PER_RANK):
             header = self.header(rank, slot)
             if header is not None and header.committed:
                 found.append(SlotState(rank, slot, header))
-        return sorted(found, key=lambda state: -state.header.step)
+        return sorted(found, key=lambda state: (-state.header.step,
+                                                -state.header.created_unix_ns))
 
     def verify(self, state: SlotState) -> str | None:
         """None when the slot still holds an intact copy of ``state``, else what is wrong."""

@@ -22,10 +22,12 @@ from typing import ClassVar
 from trainguard.faults.device.device_events import Assertion
 
 __all__ = [
+    "COMPLETE_SHARES_WAIT",
     "WORKER_SECRET_VARIABLE",
     "Abort",
     "Activity",
     "ActivityKind",
+    "CompleteShares",
     "ControlReply",
     "DeviceFaultRequest",
     "FaultInjected",
@@ -339,6 +341,26 @@ class SnapshotInterval(Message):
         if self.every < 1:
             raise MessageError(f"{self.TYPE}: field 'every' is {self.every}, expected >= 1",
                                field="every")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompleteShares(Message):
+    """Rank ``holder`` is lost, and with it the run of replicated state it alone held (its
+    share) of steps it may not have snapshotted: write your newest snapshot again holding that
+    run too, from your live state, if it still is that snapshot's (train/agent_memory.py).
+    Answered with a ``ControlReply`` of the same ``request_id``: ``ok`` when written, else
+    why not."""
+
+    TYPE: ClassVar[str] = "complete_shares"
+    request_id: int
+    holder: int
+
+
+COMPLETE_SHARES_WAIT = 0.5
+"""Seconds a rank waits, on a ``CompleteShares``, for the snapshot that follows an optimizer
+step or for one in progress; past them it declines (its training thread may be stuck in a
+collective inside a snapshot: the replicas' comparison). The agent waits at least twice as
+long for the answer, so that no completion lands in a slot after the restore was planned."""
 
 
 # --- control client <-> agent ----------------------------------------------------------------

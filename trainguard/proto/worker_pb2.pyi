@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Envelope(_message.Message):
-    __slots__ = ("version", "hello", "step", "activity", "snapshot", "fault_injected", "failing", "recovery_supported", "left", "finished", "stop_requested", "reserve_slot", "restore_plan_request", "slot_granted", "restore_plan", "request_failed", "inject", "stop_at", "abort", "rejoin", "snapshot_interval", "inject_request", "control_reply", "device_fault_request")
+    __slots__ = ("version", "hello", "step", "activity", "snapshot", "fault_injected", "failing", "recovery_supported", "left", "finished", "stop_requested", "reserve_slot", "restore_plan_request", "slot_granted", "restore_plan", "request_failed", "inject", "stop_at", "abort", "rejoin", "snapshot_interval", "inject_request", "control_reply", "device_fault_request", "complete_shares")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class Envelope(_message.Message):
     INJECT_REQUEST_FIELD_NUMBER: _ClassVar[int]
     CONTROL_REPLY_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FAULT_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_SHARES_FIELD_NUMBER: _ClassVar[int]
     version: int
     hello: Hello
     step: StepMark
@@ -56,7 +57,8 @@ class Envelope(_message.Message):
     inject_request: InjectRequest
     control_reply: ControlReply
     device_fault_request: DeviceFaultRequest
-    def __init__(self, version: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., step: _Optional[_Union[StepMark, _Mapping]] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotCommitted, _Mapping]] = ..., fault_injected: _Optional[_Union[FaultInjected, _Mapping]] = ..., failing: _Optional[_Union[WorkerFailing, _Mapping]] = ..., recovery_supported: _Optional[_Union[RecoverySupported, _Mapping]] = ..., left: _Optional[_Union[LeftGeneration, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., stop_requested: _Optional[_Union[StopRequested, _Mapping]] = ..., reserve_slot: _Optional[_Union[ReserveSlot, _Mapping]] = ..., restore_plan_request: _Optional[_Union[RestorePlanRequest, _Mapping]] = ..., slot_granted: _Optional[_Union[SlotGranted, _Mapping]] = ..., restore_plan: _Optional[_Union[RestorePlan, _Mapping]] = ..., request_failed: _Optional[_Union[RequestFailed, _Mapping]] = ..., inject: _Optional[_Union[InjectFault, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., rejoin: _Optional[_Union[Rejoin, _Mapping]] = ..., snapshot_interval: _Optional[_Union[SnapshotInterval, _Mapping]] = ..., inject_request: _Optional[_Union[InjectRequest, _Mapping]] = ..., control_reply: _Optional[_Union[ControlReply, _Mapping]] = ..., device_fault_request: _Optional[_Union[DeviceFaultRequest, _Mapping]] = ...) -> None: ...
+    complete_shares: CompleteShares
+    def __init__(self, version: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., step: _Optional[_Union[StepMark, _Mapping]] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotCommitted, _Mapping]] = ..., fault_injected: _Optional[_Union[FaultInjected, _Mapping]] = ..., failing: _Optional[_Union[WorkerFailing, _Mapping]] = ..., recovery_supported: _Optional[_Union[RecoverySupported, _Mapping]] = ..., left: _Optional[_Union[LeftGeneration, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., stop_requested: _Optional[_Union[StopRequested, _Mapping]] = ..., reserve_slot: _Optional[_Union[ReserveSlot, _Mapping]] = ..., restore_plan_request: _Optional[_Union[RestorePlanRequest, _Mapping]] = ..., slot_granted: _Optional[_Union[SlotGranted, _Mapping]] = ..., restore_plan: _Optional[_Union[RestorePlan, _Mapping]] = ..., request_failed: _Optional[_Union[RequestFailed, _Mapping]] = ..., inject: _Optional[_Union[InjectFault, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., rejoin: _Optional[_Union[Rejoin, _Mapping]] = ..., snapshot_interval: _Optional[_Union[SnapshotInterval, _Mapping]] = ..., inject_request: _Optional[_Union[InjectRequest, _Mapping]] = ..., control_reply: _Optional[_Union[ControlReply, _Mapping]] = ..., device_fault_request: _Optional[_Union[DeviceFaultRequest, _Mapping]] = ..., complete_shares: _Optional[_Union[CompleteShares, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("rank", "local_rank", "pid", "generation", "secret")
@@ -259,6 +261,14 @@ class SnapshotInterval(_message.Message):
     every: int
     from_step: int
     def __init__(self, every: _Optional[int] = ..., from_step: _Optional[int] = ...) -> None: ...
+
+class CompleteShares(_message.Message):
+    __slots__ = ("request_id", "holder")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    holder: int
+    def __init__(self, request_id: _Optional[int] = ..., holder: _Optional[int] = ...) -> None: ...
 
 class InjectRequest(_message.Message):
     __slots__ = ("request_id", "rank", "kind", "at_step")

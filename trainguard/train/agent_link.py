@@ -31,6 +31,11 @@ logger = logging.getLogger(__name__)
 _SIGNAL_POLL_SECONDS = 0.05  # how soon the sender notices a message queued by a signal handler
 
 
+_ANSWERS = (messages.SlotGranted, messages.RestorePlan, messages.RequestFailed)
+"""The agent's answers to this process's requests; every other message is an order (some
+orders carry an id too, for the answer they want)."""
+
+
 def _framed(message: messages.Message) -> bytes:
     return versioned.frame(worker_codec.encode(message))
 
@@ -166,10 +171,9 @@ class AgentLink:
         try:
             while (data := versioned.read_frame(stream, limit=limit)) is not None:
                 message = worker_codec.decode(data)
-                request_id = getattr(message, "request_id", None)
-                if request_id is not None:
+                if isinstance(message, _ANSWERS):
                     with self._reply_ready:
-                        self._replies[request_id] = message
+                        self._replies[message.request_id] = message
                         self._reply_ready.notify_all()
                 else:
                     self._on_order(message)

@@ -12,13 +12,16 @@ state, and a restore reads the rest from the holders' snapshots of the same step
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from trainguard.ipc import messages
+from trainguard.ipc import messages, snapshot_layout
 from trainguard.train import (
     agent_link,
     copy_behind,
@@ -40,6 +43,33 @@ DECLARED_SNAPSHOT_SECONDS = 0.1
 own hang deadline; the others' step deadlines wait for it). A shorter one is not: its time
 simply counts in the step interval, which the step deadline adapts to (2 s at the least), and
 two messages fewer per step matter when a snapshot costs a millisecond."""
+
+
+class _OptimizerSteps:
+    """Counts the optimizers' steps, each counted as it begins, under a lock that a
+    completion holds while it copies their tensors: so no step changes them mid-copy, and a
+    completion sees whether one began since the snapshot."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.watch = copy_behind.BeforeSteps(self._begin).watch
+
+    def _begin(self) -> None:
+        with self.lock:
+            self.count += 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Saved:
+    """The newest snapshot, as a completion needs it."""
+
+    slot: int
+    step: int
+    generation: int
+    prepared: snapshot.Prepared
+    owned: frozenset[int]  # indexes of the tensors the optimizers own
+    optimizer_steps: int  # _OptimizerSteps.count when it was taken
 
 
 class AgentMemoryBackend:
@@ -66,6 +96,13 @@ class AgentMemoryBackend:
         self._next_slot = 0
         self._layouts = snapshot.Layouts()
         self._last_seconds: float | None = None
+        self._steps = _OptimizerSteps()
+        self._saving = threading.Lock()  # a save, or a completion from the reader thread
+        self._saved_again = threading.Condition(self._saving)  # notified after each save
+        self._saved: _Saved | None = None
+        self._room: tuple[list[Any], int] | None = None  # (entries, bytes a completion adds)
+        self._completed: _Saved | None = None  # the snapshot completed last
+        self._closed = False
         # (before, current) rules of messages.SnapshotInterval, each (every, from_step): one
         # tuple, replaced whole, since the reader thread sets it while training reads it.
         self._intervals = ((1, 0), (1, 0))
@@ -93,24 +130,36 @@ class AgentMemoryBackend:
             StateError: the agent could not reserve memory for the snapshot, or the copy of
                 the snapshot before it failed.
         """
+        with self._saved_again:
+            seconds = self._save(tree, step=step, generation=generation, started=started,
+                                 optimizers=optimizers, whole=whole)
+            self._saved_again.notify_all()
+            return seconds
+
+    def _save(self, tree: dict[str, Any], *, step: int, generation: int, started: float,
+              optimizers: Sequence[torch.optim.Optimizer], whole: bool) -> float:
         self.flush()
         slot = self._next_slot
         declared = self.slow_save_expected()  # the session declared it busy work
-        prepared = self._layouts.prepare(tree, holders=None if whole else self._shares.holders)
-        mapped = self._slot(slot, prepared.nbytes)
+        self._steps.watch(optimizers)
+        owners = copy_behind.optimizer_tensors(optimizers)
+        prepared = self._layouts.prepare(
+            tree, holders=None if whole else functools.partial(self._shares.holders,
+                                                               owned=owners))
+        owned = frozenset(index for index, tensor in enumerate(prepared.tensors)
+                          if tensor.data_ptr() in owners)
+        mapped = self._slot(slot, prepared.nbytes + self._completion_room(prepared, owned))
         later: list[int] = []
         # Below the threshold in all, no subset is worth a thread: skip finding the owned ones.
-        if optimizers and self._behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
+        if owned and self._behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
             self._behind.guard(optimizers)
-            owned = copy_behind.optimizer_tensors(optimizers)
-            later = [index for index, (tensor, entry) in enumerate(
-                zip(prepared.tensors, prepared.entries, strict=True))
-                if entry.nbytes and tensor.data_ptr() in owned]
+            later = [index for index in sorted(owned) if prepared.entries[index].nbytes]
             if sum(prepared.entries[index].nbytes for index in later) < COPY_BEHIND_BYTES:
                 later = []
         finish = mapped.begin_write(prepared, step=step, generation=generation, rank=self._rank,
                                     world_size=self._world_size, later=later)
         self._next_slot = 1 - slot
+        self._saved = _Saved(slot, step, generation, prepared, owned, self._steps.count)
         blocked = time.perf_counter() - started
         if later and self._behind is not None:
             self._last_seconds = blocked
@@ -120,6 +169,85 @@ class AgentMemoryBackend:
         self._commit(finish, step, slot, prepared.nbytes, before=blocked, hold=not declared)
         self._last_seconds = time.perf_counter() - started
         return self._last_seconds
+
+    def _completion_room(self, prepared: snapshot.Prepared, owned: frozenset[int]) -> int:
+        """The bytes a completion adds to ``prepared`` (the predecessor's run of the
+        optimizers' tensors): reserved with the slot, since a completion cannot ask the agent
+        for memory (it runs on the thread that reads the agent's answers). Worked out once per
+        layout."""
+        if self._room is None or self._room[0] is not prepared.entries:
+            predecessor = self._shares.predecessor
+            extra = sum(snapshot_layout.align(tensor.numel() * tensor.element_size())
+                        for index, (tensor, entry) in enumerate(
+                            zip(prepared.tensors, prepared.entries, strict=True))
+                        if entry.holder == predecessor and index in owned)
+            self._room = (prepared.entries, extra)
+        return self._room[1]
+
+    def complete(self, holder: int | None = None, *, wait: bool = True) -> str:
+        """Write the newest snapshot again into the other slot, with the run of the
+        optimizers' tensors that only ``holder`` (this rank's ring predecessor; None: it,
+        whichever it is) kept, taken from this rank's live tensors: ``holder`` is lost, perhaps
+        without its snapshot of that step (:mod:`trainguard.train.replica_shares`). Only while
+        no optimizer step has begun since the snapshot, so that the live tensors are that
+        step's. ``wait``: after an optimizer step, wait for the snapshot that follows it (the
+        agent's order may come while the training thread is between the two). Called on the
+        thread that reads the agent's orders, or by a rank leaving on an error (its
+        predecessor may be why); returns "" once written, else why it was not.
+        """
+        if holder is None:
+            holder = self._shares.predecessor
+        elif holder != self._shares.predecessor:
+            return f"rank {holder} is not this rank's ring predecessor"
+        deadline = time.monotonic() + messages.COMPLETE_SHARES_WAIT
+        # Not `with`: a snapshot stuck in a collective (the replicas' comparison) would hold
+        # this thread, which must go on reading the agent's orders.
+        if not self._saving.acquire(timeout=messages.COMPLETE_SHARES_WAIT):
+            return "this rank is inside a snapshot"
+        try:
+            if not self._saved_again.wait_for(
+                    lambda: self._closed or (self._saved is not None
+                                             and self._steps.count == self._saved.optimizer_steps),
+                    max(0.0, deadline - time.monotonic()) if wait else 0.0):
+                return "an optimizer step began since this rank's newest snapshot"
+            if self._closed:
+                return "the session is closed"
+            self.flush()
+            saved = self._saved
+            assert saved is not None
+            if saved is self._completed:
+                return ""  # once is enough
+            fill = [index for index in saved.owned
+                    if saved.prepared.entries[index].holder == holder]
+            if not fill:
+                return (f"this rank's snapshot of step {saved.step} leaves nothing to rank "
+                        f"{holder}")
+            source = self._mapped[saved.slot]
+            target = self._mapped.get(1 - saved.slot)
+            with self._steps.lock:
+                if self._steps.count != saved.optimizer_steps:
+                    return "an optimizer step began since this rank's newest snapshot"
+                started = time.perf_counter()
+                views = source.views(saved.prepared)
+                tensors = [view if view is not None else tensor
+                           for view, tensor in zip(views, saved.prepared.tensors, strict=True)]
+                holders = [None if index in fill else entry.holder
+                           for index, entry in enumerate(saved.prepared.entries)]
+                completed = snapshot.relaid(saved.prepared, holders, tensors)
+                if target is None or target.capacity < completed.nbytes:
+                    return "no slot with room for the completed snapshot"
+                seq = target.write(completed, step=saved.step, generation=saved.generation,
+                                   rank=self._rank, world_size=self._world_size)
+            self._next_slot = saved.slot  # the completed snapshot stays
+            self._completed = saved
+            self._link.send(messages.SnapshotCommitted(
+                saved.step, 1 - saved.slot, seq, completed.nbytes,
+                time.perf_counter() - started, time.monotonic()))
+            return ""
+        except (state_backend.StateError, snapshot.SnapshotError) as error:
+            return str(error)
+        finally:
+            self._saving.release()
 
     def _commit(self, finish: Callable[[], int], step: int, slot: int, nbytes: int, *,
                 before: float, hold: bool) -> None:
@@ -207,10 +335,13 @@ class AgentMemoryBackend:
         return state_backend.Loaded(str(source), header.step, tree, plan.note)
 
     def close(self) -> None:
-        # No copy may still write into the slots unmapped below; a failed one is the session's
-        # to report (it flushes first), so it is not raised here a second time.
-        with contextlib.suppress(state_backend.StateError):
-            self.flush()
-        for mapped in self._mapped.values():
-            mapped.close()
-        self._mapped.clear()
+        # No copy may still write into the slots unmapped below, nor a completion on the reader
+        # thread; a failed copy is the session's to report (it flushes first), so it is not
+        # raised here a second time.
+        with self._saving:
+            self._closed = True
+            with contextlib.suppress(state_backend.StateError):
+                self.flush()
+            for mapped in self._mapped.values():
+                mapped.close()
+            self._mapped.clear()

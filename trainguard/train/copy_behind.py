@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-__all__ = ["CopyBehind", "optimizer_tensors"]
+__all__ = ["BeforeSteps", "CopyBehind", "optimizer_tensors"]
 
 
 def optimizer_tensors(optimizers: Iterable[torch.optim.Optimizer]) -> frozenset[int]:
@@ -40,6 +40,24 @@ def optimizer_tensors(optimizers: Iterable[torch.optim.Optimizer]) -> frozenset[
     return frozenset(found)
 
 
+class BeforeSteps:
+    """Calls ``before()`` at the start of each ``step()`` of the optimizers it is shown (a step
+    pre-hook, registered once per optimizer)."""
+
+    def __init__(self, before: Callable[[], None]) -> None:
+        self._before = before
+        self._hooked: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+
+    def watch(self, optimizers: Iterable[torch.optim.Optimizer]) -> None:
+        for optimizer in optimizers:
+            if optimizer not in self._hooked:
+                optimizer.register_step_pre_hook(self._hook)
+                self._hooked.add(optimizer)
+
+    def _hook(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        self._before()
+
+
 class CopyBehind:
     """One snapshot copy at a time, on one thread, finished in the background."""
 
@@ -49,18 +67,11 @@ class CopyBehind:
         self._idle.set()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._guarded: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self._guard = BeforeSteps(self.wait)
 
     def guard(self, optimizers: Iterable[torch.optim.Optimizer]) -> None:
         """Make each optimizer's ``step()`` wait for the copy in flight (once per optimizer)."""
-        for optimizer in optimizers:
-            if optimizer not in self._guarded:
-                optimizer.register_step_pre_hook(self._before_optimizer_step)
-                self._guarded.add(optimizer)
-
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: object,
-                               kwargs: object) -> None:
-        self.wait()
+        self._guard.watch(optimizers)
 
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` in the background, after the one before it is done."""

@@ -1,16 +1,24 @@
-"""Snapshot state that data-parallel replicas share in shares, each kept by two replicas.
+"""Snapshot state that data-parallel replicas share in shares, each written once.
 
 The ``dp`` replicas of a replica group (:class:`trainguard.job.replicas.ReplicaLayout`) hold
 identical model and optimizer state, so copying all of it on every rank writes the same bytes
 ``dp`` times into the host's memory. With shares, the replicated tensors (everything under the
 tree's ``"state"`` except the keys named per-rank) are split into ``dp`` contiguous runs of
 about equal bytes, in the tree's order. Replica ``i`` of the group is the *holder* of run ``i``
-and writes it, and also keeps a copy of run ``i - 1`` (its predecessor's in the group's ring);
-every other tensor is marked with its holder (:mod:`trainguard.ipc.snapshot_layout`). So every
-run is in two replicas' snapshots: a rank lost before it committed its snapshot of a step
-leaves that step whole in memory, and its ring successor's snapshot stands in for it. With two
-replicas, each keeps both runs: whole snapshots. Per-rank parts (the step, random generators,
-keys named per-rank) stay whole in every snapshot.
+and writes it; every other tensor is marked with its holder
+(:mod:`trainguard.ipc.snapshot_layout`). Per-rank parts (the step, random generators, keys
+named per-rank) stay whole in every snapshot.
+
+Written once, a run is lost with a rank that dies before committing its snapshot of a step,
+while the others have theirs. That step is not lost with it: until the next optimizer step,
+which needs the lost rank's gradients, every other replica's parameters and optimizer state
+*are* that step's. So the lost rank's successor in the group's ring writes its snapshot again
+with the lost run too, taken from its live tensors (:meth:`AgentMemoryBackend.complete`, on the
+agent's order), and that snapshot stands in for the lost rank. Only the optimizers' tensors
+(parameters and their state, :func:`trainguard.train.copy_behind.optimizer_tensors`) are
+written once; other replicated tensors, such as batch-norm statistics, change in the next
+forward pass, so the ring successor keeps a copy of its predecessor's run of those in every
+snapshot. With two replicas shares are not used.
 
 Dedup is trusted only after it is checked: at the first snapshot of every generation each rank
 checksums its replicated tensors and the ranks compare them over the process group. Replicas
@@ -71,8 +79,9 @@ def assign(tensors: list[torch.Tensor], group: tuple[int, ...]) -> list[int]:
 
 
 def kept(rank: int, group: tuple[int, ...]) -> frozenset[int]:
-    """The holders whose runs ``rank``'s snapshot keeps: its own and its predecessor's in the
-    group's ring, so that every run is in two snapshots (one, in a group of one)."""
+    """The holders whose runs ``rank``'s snapshot keeps of the tensors the optimizers do not
+    own: its own and its predecessor's in the group's ring, so that every such run is in two
+    snapshots (one, in a group of one)."""
     index = group.index(rank)
     return frozenset((rank, group[index - 1]))
 
@@ -159,12 +168,19 @@ class ReplicaShares:
         """The next snapshot checks again that the replicas are identical."""
         self._checked = False
 
-    def holders(self, tree: dict[str, Any], tensors: list[torch.Tensor],
-                sources: list[int]) -> list[int | None] | None:
-        """A :data:`snapshot.HolderRule`: for each of ``tree``'s tensors (as the snapshot's
-        pickler found them, each once, in the tree's order), the rank that writes it instead of
-        this one; None when this snapshot is to be whole. The replicated tensors are those
-        outside the per-rank parts."""
+    @property
+    def predecessor(self) -> int:
+        """The rank whose lost run this rank writes on completion (its ring predecessor)."""
+        return self._group[self._group.index(self._rank) - 1]
+
+    def holders(self, tree: dict[str, Any], tensors: list[torch.Tensor], sources: list[int],
+                *, owned: Collection[int] = ()) -> list[int | None] | None:
+        """A :data:`snapshot.HolderRule` (given ``owned``): for each of ``tree``'s tensors (as
+        the snapshot's pickler found them, each once, in the tree's order), the rank that
+        writes it instead of this one; None when this snapshot is to be whole. The replicated
+        tensors are those outside the per-rank parts; of them, those whose ``data_ptr()`` is in
+        ``owned`` (the optimizers') are kept by their holder only, the others by their holder
+        and its ring successor."""
         if not self.enabled:
             return None
         per_rank = _per_rank_sources(tree, self._per_rank)
@@ -182,7 +198,8 @@ class ReplicaShares:
         keep = kept(self._rank, self._group)
         held: list[int | None] = [None] * len(tensors)
         for index, holder in zip(replicated, assigned, strict=True):
-            if holder not in keep:
+            if holder != self._rank and (holder not in keep
+                                         or tensors[index].data_ptr() in owned):
                 held[index] = holder
         return held
 

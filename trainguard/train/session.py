@@ -262,6 +262,14 @@ class Session:
     # --- orders from the agent (reader thread) and from signals ------------------------------
 
     def _on_order(self, order: messages.Message) -> None:
+        if isinstance(order, messages.CompleteShares):
+            # Here, on the thread that reads orders: the training thread is blocked in a
+            # collective that waits for the lost rank.
+            why = (self._state.complete(order.holder)
+                   if isinstance(self._state, agent_memory.AgentMemoryBackend)
+                   else "no snapshots in the agent's memory")
+            self._link.send(messages.ControlReply(order.request_id, not why, why))
+            return
         if isinstance(order, messages.Abort):
             if order.generation == self.generation and self._in_process:
                 self._aborting.set()
@@ -290,9 +298,20 @@ class Session:
 
     def _on_uncaught(self, error: BaseException) -> None:
         self._flush()
+        self._complete_share()
         code = error.code if isinstance(error, DeviceError) else ""
         self._link.send_now(messages.WorkerFailing(f"{type(error).__name__}: {error}",
                                                    time.monotonic(), code))
+
+    def _complete_share(self) -> None:
+        """A rank leaving on an error writes its ring predecessor's share of its newest
+        snapshot again, if its live state is still that snapshot's: the error is often the
+        predecessor's loss (a peer's connection closed), and a rank that exits cannot do it on
+        the agent's order later (train/replica_shares.py)."""
+        if isinstance(self._state, agent_memory.AgentMemoryBackend):
+            why = self._state.complete(wait=False)
+            if why:
+                logger.debug("rank %d did not write its predecessor's share: %s", self.rank, why)
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         # The agent answers with the step at which every rank stops (StopAt).
@@ -334,6 +353,7 @@ class Session:
         self._communicator.cut()
         self._left = True
         self._flush()  # the snapshot copied behind this step is committed before the plan
+        self._complete_share()
         communicator.abandon(*process_group.drop())
         text = code = ""
         if error is not None and not self._aborting.is_set():

@@ -37,6 +37,7 @@ __all__ = [
     "prepare",
     "read_snapshot",
     "read_tensors",
+    "relaid",
     "snapshot_bytes",
 ]
 
@@ -152,10 +153,24 @@ class Layouts:
             self._entries, self._payload_len = _lay_out(tensors, held)
             self._table = snapshot_layout.encode_table(self._entries)
             self._key = key
-        head = snapshot_layout.HEADER_SIZE + len(self._table) + len(skeleton)
-        payload_offset = -(-head // mmap.PAGESIZE) * mmap.PAGESIZE
-        return Prepared(skeleton, tensors, self._entries, self._table, payload_offset,
-                        self._payload_len)
+        return Prepared(skeleton, tensors, self._entries, self._table,
+                        _payload_offset(self._table, skeleton), self._payload_len)
+
+
+def relaid(prepared: Prepared, holders: list[int | None],
+           tensors: list[torch.Tensor]) -> Prepared:
+    """``prepared``'s tree laid out again with other ``holders``, each tensor's bytes to be
+    copied from ``tensors`` (a tensor held elsewhere is not read)."""
+    entries, payload_len = _lay_out(tensors, holders)
+    table = snapshot_layout.encode_table(entries)
+    return Prepared(prepared.skeleton, tensors, entries, table,
+                    _payload_offset(table, prepared.skeleton), payload_len)
+
+
+def _payload_offset(table: bytes, skeleton: bytes) -> int:
+    """The payload starts on the page after the header, the table and the skeleton."""
+    head = snapshot_layout.HEADER_SIZE + len(table) + len(skeleton)
+    return -(-head // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 def _lay_out(tensors: list[torch.Tensor], holders: list[int | None]
@@ -208,7 +223,7 @@ class MappedSlot:
         """Whether CUDA copies land in this slot asynchronously (its pages are registered)."""
         return self._registration is not None and self._registration.registered
 
-    def _targets(self, snapshot: Prepared) -> list[torch.Tensor | None]:
+    def views(self, snapshot: Prepared) -> list[torch.Tensor | None]:
         """Where each tensor's bytes go in this slot (None: held elsewhere); the views of the
         last layout are kept, since each costs more than copying a small tensor."""
         key = (snapshot.payload_offset, snapshot.entries)
@@ -260,7 +275,7 @@ class MappedSlot:
         self.memory[snapshot.skeleton_offset : end] = snapshot.skeleton
         now: list[tuple[torch.Tensor, torch.Tensor]] = []
         then: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for index, (target, tensor) in enumerate(zip(self._targets(snapshot), snapshot.tensors,
+        for index, (target, tensor) in enumerate(zip(self.views(snapshot), snapshot.tensors,
                                                      strict=True)):
             if target is not None:
                 (then if index in later else now).append((target, tensor))
