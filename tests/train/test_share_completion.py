@@ -166,3 +166,10 @@ def test_a_snapshot_is_completed_once(job: Job) -> None:
     completed = Path(job.backend._mapped[0].path).read_bytes()
     assert job.backend.complete(0) == ""
     assert Path(job.backend._mapped[0].path).read_bytes() == completed, "written twice"
+
+
+def test_after_a_restore_there_is_nothing_to_complete(job: Job) -> None:
+    job.step_and_save(1)
+    job.step_and_save(2)
+    job.backend.load()  # the fake agent plans a fresh start: the live state is not step 2's
+    assert job.backend.complete(0, wait=False) == "no snapshot since this rank restored"

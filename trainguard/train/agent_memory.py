@@ -209,7 +209,8 @@ class AgentMemoryBackend:
                     lambda: self._closed or (self._saved is not None
                                              and self._steps.count == self._saved.optimizer_steps),
                     max(0.0, deadline - time.monotonic()) if wait else 0.0):
-                return "an optimizer step began since this rank's newest snapshot"
+                return ("an optimizer step began since this rank's newest snapshot"
+                        if self._saved is not None else "no snapshot since this rank restored")
             if self._closed:
                 return "the session is closed"
             self.flush()
@@ -310,6 +311,8 @@ class AgentMemoryBackend:
         """
         self.flush()
         self._shares.new_generation()
+        with self._saving:  # the state is about to change: no completion of what came before
+            self._saved = None
         request_id = self._link.next_request_id()
         plan = self._link.request(messages.RestorePlanRequest(request_id),
                                   request_id=request_id, timeout=self._request_timeout)

@@ -304,10 +304,11 @@ class Session:
                                                    time.monotonic(), code))
 
     def _complete_share(self) -> None:
-        """A rank leaving on an error writes its ring predecessor's share of its newest
+        """A rank ending on an error writes its ring predecessor's share of its newest
         snapshot again, if its live state is still that snapshot's: the error is often the
         predecessor's loss (a peer's connection closed), and a rank that exits cannot do it on
-        the agent's order later (train/replica_shares.py)."""
+        the agent's order later (train/replica_shares.py). A rank that only leaves its
+        generation (``session.run``) stays to answer that order."""
         if isinstance(self._state, agent_memory.AgentMemoryBackend):
             why = self._state.complete(wait=False)
             if why:
@@ -353,7 +354,6 @@ class Session:
         self._communicator.cut()
         self._left = True
         self._flush()  # the snapshot copied behind this step is committed before the plan
-        self._complete_share()
         communicator.abandon(*process_group.drop())
         text = code = ""
         if error is not None and not self._aborting.is_set():
