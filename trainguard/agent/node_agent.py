@@ -457,18 +457,17 @@ class NodeAgent:
         """With shares, the failed rank's run of the optimizers' tensors is in its own
         snapshot only (train/replica_shares.py): lost when it died before its snapshot of the
         newest step the others hold, and not counted when its rank moves to a spare or is saved
-        from a replica. So its ring successor writes that run of the newest step again from its
-        live state, which is still that step's (CompleteShares). Every healthy rank holding the
-        step is asked, since the ring is the session's (its dp size); its successor answers
-        "done", the others why not (all of them, when snapshots are whole)."""
-        asked = [w for w in healthy if w.alive and w.link is not None]
+        from a replica. So its ring successor writes its newest snapshot again with that run,
+        from its live state, which is still that snapshot's (CompleteShares). Every healthy rank
+        under a session is asked, since the ring is the session's (its dp size); the successor
+        answers "done", the others why not (all of them, when snapshots are whole)."""
         loop = asyncio.get_running_loop()
         replies = {}
-        for worker in asked:
+        for worker in healthy:
             request_id = next(self._request_ids)
-            replies[worker.rank] = future = loop.create_future()
-            self._completions[(worker.rank, request_id)] = future
-            worker.send(messages.CompleteShares(request_id, failed_rank))
+            if worker.alive and worker.send(messages.CompleteShares(request_id, failed_rank)):
+                replies[worker.rank] = future = loop.create_future()
+                self._completions[(worker.rank, request_id)] = future
         try:
             if replies:  # at least as long as a rank may take to answer (see the constant)
                 await asyncio.wait(replies.values(), timeout=max(

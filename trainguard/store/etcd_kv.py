@@ -43,6 +43,8 @@ _CHANNEL_OPTIONS = (
     # the one it replaces through gRPC's process-wide pool.
     ("grpc.use_local_subchannel_pool", 1),
 )
+_LEADER_WAIT = 1.0
+"""Seconds one read that checks for a live leader may take before it is asked again."""
 _RETRY_PAUSE = 0.2
 """Seconds a broken watch waits before it asks the next member (a cluster electing a leader)."""
 
@@ -245,17 +247,44 @@ class EtcdKeyValueStore:
         ``safe``: it may be repeated even when a member may have applied it (reads, leases)."""
         aetcd = self._aetcd
         last: Exception | None = None
+        moved = False
         for _ in range(len(self._endpoints)):
             client = await self._client()
             try:
+                if moved and not safe:
+                    await self._led(client)
                 return await operation(client)
             except self._unreachable() as error:
                 last = error
                 timed_out = isinstance(error, aetcd.ConnectionTimeoutError)
                 await self._drop(client)
+                moved = True
                 if timed_out and not safe:
                     break
         raise kv.UnavailableError(f"no etcd member of {self.endpoints} answered: {last}")
+
+    async def _led(self, client: aetcd.Client) -> None:
+        """Until ``client``'s member serves a linearizable read, which only a live leader
+        allows. A write that a member forwards to a leader that has just died is lost, and the
+        call hangs until its deadline, after which it cannot be sent again (it may have been
+        applied); so after a member failed, a write goes to the next one only once that one has
+        a leader again. Reads may be repeated: each waits a second at most, within the call's
+        timeout.
+
+        Raises:
+            TimeoutError: no leader within the call's timeout.
+            aetcd.ConnectionFailedError: the member does not answer at all.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        while True:
+            try:
+                await asyncio.wait_for(client.get(self._key("")), min(
+                    _LEADER_WAIT, max(0.0, deadline - loop.time())))
+                return
+            except (TimeoutError, self._aetcd.ConnectionTimeoutError):
+                if loop.time() >= deadline:
+                    raise TimeoutError(f"no etcd leader within {self._timeout:g} s") from None
 
     def _unreachable(self) -> tuple[type[Exception], ...]:
         aetcd = self._aetcd
