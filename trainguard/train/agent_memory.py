@@ -68,7 +68,6 @@ class _Saved:
     step: int
     generation: int
     prepared: snapshot.Prepared
-    owned: frozenset[int]  # indexes of the tensors the optimizers own
     optimizer_steps: int  # _OptimizerSteps.count when it was taken
 
 
@@ -142,24 +141,29 @@ class AgentMemoryBackend:
         slot = self._next_slot
         declared = self.slow_save_expected()  # the session declared it busy work
         self._steps.watch(optimizers)
-        owners = copy_behind.optimizer_tensors(optimizers)
+        # Where the optimizers' tensors are: for the shares (each run of them written once)
+        # and for the copy behind; looked up only when one of them needs it.
+        owners = (copy_behind.optimizer_tensors(optimizers)
+                  if optimizers and not whole and self._shares.enabled else None)
         prepared = self._layouts.prepare(
             tree, holders=None if whole else functools.partial(self._shares.holders,
-                                                               owned=owners))
-        owned = frozenset(index for index, tensor in enumerate(prepared.tensors)
-                          if tensor.data_ptr() in owners)
-        mapped = self._slot(slot, prepared.nbytes + self._completion_room(prepared, owned))
+                                                               owned=owners or ()))
+        mapped = self._slot(slot, prepared.nbytes + self._completion_room(prepared))
         later: list[int] = []
         # Below the threshold in all, no subset is worth a thread: skip finding the owned ones.
-        if owned and self._behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
+        if optimizers and self._behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
             self._behind.guard(optimizers)
-            later = [index for index in sorted(owned) if prepared.entries[index].nbytes]
+            if owners is None:
+                owners = copy_behind.optimizer_tensors(optimizers)
+            later = [index for index, (tensor, entry) in enumerate(
+                zip(prepared.tensors, prepared.entries, strict=True))
+                if entry.nbytes and tensor.data_ptr() in owners]
             if sum(prepared.entries[index].nbytes for index in later) < COPY_BEHIND_BYTES:
                 later = []
         finish = mapped.begin_write(prepared, step=step, generation=generation, rank=self._rank,
                                     world_size=self._world_size, later=later)
         self._next_slot = 1 - slot
-        self._saved = _Saved(slot, step, generation, prepared, owned, self._steps.count)
+        self._saved = _Saved(slot, step, generation, prepared, self._steps.count)
         blocked = time.perf_counter() - started
         if later and self._behind is not None:
             self._last_seconds = blocked
@@ -170,19 +174,24 @@ class AgentMemoryBackend:
         self._last_seconds = time.perf_counter() - started
         return self._last_seconds
 
-    def _completion_room(self, prepared: snapshot.Prepared, owned: frozenset[int]) -> int:
-        """The bytes a completion adds to ``prepared`` (the predecessor's run of the
-        optimizers' tensors): reserved with the slot, since a completion cannot ask the agent
-        for memory (it runs on the thread that reads the agent's answers). Worked out once per
-        layout."""
+    def _completion_room(self, prepared: snapshot.Prepared) -> int:
+        """The bytes a completion adds to ``prepared``: its tensors left to this rank's ring
+        predecessor, which are the predecessor's run of the optimizers' tensors (the rest of
+        that run this rank keeps: :meth:`ReplicaShares.holders`). Reserved with the slot, since
+        a completion cannot ask the agent for memory (it runs on the thread that reads the
+        agent's answers). Worked out once per layout."""
         if self._room is None or self._room[0] is not prepared.entries:
-            predecessor = self._shares.predecessor
-            extra = sum(snapshot_layout.align(tensor.numel() * tensor.element_size())
-                        for index, (tensor, entry) in enumerate(
-                            zip(prepared.tensors, prepared.entries, strict=True))
-                        if entry.holder == predecessor and index in owned)
-            self._room = (prepared.entries, extra)
+            tensors = [prepared.tensors[index] for index in self._predecessors_run(prepared)]
+            self._room = (prepared.entries, sum(
+                snapshot_layout.align(tensor.numel() * tensor.element_size())
+                for tensor in tensors))
         return self._room[1]
+
+    def _predecessors_run(self, prepared: snapshot.Prepared) -> list[int]:
+        """The tensors ``prepared`` leaves to this rank's ring predecessor, by index."""
+        predecessor = self._shares.predecessor
+        return [index for index, entry in enumerate(prepared.entries)
+                if entry.holder == predecessor]
 
     def complete(self, holder: int | None = None, *, wait: bool = True) -> str:
         """Write the newest snapshot again into the other slot, with the run of the
@@ -218,8 +227,7 @@ class AgentMemoryBackend:
             assert saved is not None
             if saved is self._completed:
                 return ""  # once is enough
-            fill = [index for index in saved.owned
-                    if saved.prepared.entries[index].holder == holder]
+            fill = self._predecessors_run(saved.prepared)
             if not fill:
                 return (f"this rank's snapshot of step {saved.step} leaves nothing to rank "
                         f"{holder}")
