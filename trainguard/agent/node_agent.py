@@ -20,7 +20,9 @@ choosing them. The workers' message handling (``worker_message``, about 130 line
 message changes the current generation's workers and wakes the waits above, through the same
 detector, statistics, attribution and checkpoint memory; a handler of its own would take all of
 them, the agent in all but name. Its wire format is already apart (:mod:`trainguard.proto.
-worker_codec`).
+worker_codec`). Asking the ranks to write a lost rank's share again (``_complete_shares``) is
+here too: it is a step of letting the generation's ranks finish their snapshots, and its
+answers arrive among their messages.
 """
 
 from __future__ import annotations

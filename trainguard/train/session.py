@@ -48,7 +48,8 @@ agent's pending orders (abort, rejoin, stop step, injections) and the state bein
 step guard, ``run``'s generation loop and the order handlers each read and change all of it.
 What does not share it already lives apart: storage (the backends), torch.distributed
 (:mod:`.process_group`, :mod:`.communicator`), the agent connection (:mod:`.agent_link`), the
-error file and random states.
+error file and random states; what a share completion does is the agent-memory backend's, the
+session only hands it the agent's order or its own uncaught error.
 """
 
 from __future__ import annotations
