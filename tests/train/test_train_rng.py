@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import random
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,48 @@ def test_numpy_is_read_in_full_only_once_its_words_move(monkeypatch: pytest.Monk
     numpy.random.rand()
     rng.capture()
     assert len(reads) == 2, "read at the first capture and after the draw only"
+
+
+def test_python_state_is_exact_whatever_was_drawn_between_captures() -> None:
+    """Python's state is read in full only when its words moved: after no draw, a uniform
+    draw, a normal (computed in pairs: the second is cached, the words move), the cached one
+    taken (the words stay, the cache empties) and a reseed, each capture equals Python's own
+    reading."""
+    random.seed(31)
+    for drawn in ((), (random.random,), (lambda: random.gauss(0, 1),),
+                  (lambda: random.gauss(0, 1),), (), (lambda: random.seed(31),)):
+        for draw_one in drawn:
+            draw_one()
+        version, words, gauss = random.getstate()
+        assert rng.capture()["python"] == (version, array.array("Q", words).tobytes(), gauss)
+
+
+def test_python_is_read_in_full_only_once_its_words_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    random.seed(32)
+    reads = []
+    full = random.Random.getstate
+
+    def counted(generator: random.Random) -> Any:
+        reads.append(1)
+        return full(generator)
+
+    monkeypatch.setattr(random.Random, "getstate", counted)
+    for _ in range(3):
+        rng.capture()
+    random.random()
+    rng.capture()
+    assert len(reads) == 2, "read at the first capture and after the draw only"
+
+
+def test_a_restored_python_state_with_a_cached_normal_is_captured_with_it() -> None:
+    random.seed(33)
+    random.gauss(0, 1)  # one normal drawn, its pair cached
+    with_cached = rng.capture()
+    random.gauss(0, 1)  # the cached one taken: the same words
+    rng.capture()
+    rng.capture()
+    rng.restore(with_cached)
+    assert rng.capture()["python"] == with_cached["python"]
+    expected = random.gauss(0, 1)
+    rng.restore(with_cached)
+    assert random.gauss(0, 1) == expected

@@ -5,19 +5,22 @@ snapshot as bytes rather than as a tuple of 625 ints or an array, which the snap
 would visit one object at a time on every step. States saved in the older form (the tuples
 ``random.getstate()`` and ``numpy.random.get_state()`` return) still restore.
 
-numpy's getter copies its 624 words one at a time (about 55 us, a tenth of a small snapshot),
-and most training scripts never draw from numpy's global generator. So its raw state (the
-words and position at ``get_bit_generator().ctypes.state_address``, 2.5 KB) is compared with
-the last full read: unchanged, and with no normal deviate cached then, nothing was drawn since
-(drawing a normal with none cached moves the words), and the state read then still holds. The
-raw layout is checked against a full read before it is ever trusted.
+Both getters copy their 624 words one at a time (Python's builds 625 ints: about 25 us, most
+of a capture; numpy's about 55 us), and most training scripts never draw from either global
+generator between snapshots. So each generator's raw words and position (2.5 KB, read at the C
+object's address) are compared with the last full read: unchanged, with the same cached normal
+deviate, nothing was drawn since, and the state read then still holds. The raw layout is
+checked against a full read before it is ever trusted.
 """
 
 from __future__ import annotations
 
+import _random
+import abc
 import array
 import ctypes
 import random
+import struct
 import sys
 from typing import Any
 
@@ -30,37 +33,35 @@ _WORD = "Q"  # Python's state words (32-bit values and a position), as unsigned 
 
 def capture() -> dict[str, Any]:
     """States of Python's, torch's (CPU and initialised CUDA) and numpy's global generators."""
-    version, words, gauss = random.getstate()
-    states: dict[str, Any] = {"python": (version, array.array(_WORD, words).tobytes(), gauss),
-                              "torch": torch.get_rng_state()}
+    states: dict[str, Any] = {"python": _python.capture(), "torch": torch.get_rng_state()}
     # Only generators already in use: asking an uninitialised CUDA would initialise it.
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         states["cuda"] = torch.cuda.get_rng_state_all()
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        states["numpy"] = _numpy.capture(numpy)
+    if "numpy" in sys.modules:
+        states["numpy"] = _numpy.capture()
     return states
 
 
-class _NumpyState:
-    """numpy's global generator state, read in full only when it may have changed."""
+_WORDS = 624  # a Mersenne Twister's state: 624 uint32 words, and its position (a C int)
 
-    _WORDS = 624  # MT19937's state: 624 uint32 words, then its position (a C int)
+
+class _Generator(abc.ABC):
+    """A global generator's state, read in full only when it may have changed: when its raw
+    words and position moved since the last full read, or a normal deviate was cached then
+    (taking it leaves the words as they are; drawing one with none cached moves them)."""
 
     def __init__(self) -> None:
         self._last: tuple[bytes, tuple[Any, ...]] | None = None  # raw state, the state read
         self._trusted: bool | None = None  # whether the raw layout matched a full read
 
-    def capture(self, numpy: Any) -> tuple[Any, ...]:
-        raw = self._raw(numpy)
+    def capture(self) -> tuple[Any, ...]:
+        raw = self._raw() if self._trusted is not False else None
         if raw is not None and self._last is not None and self._last[0] == raw:
             return self._last[1]
-        name, keys, position, has_gauss, gauss = numpy.random.get_state()
-        state = (name, keys.tobytes(), keys.dtype.str, position, has_gauss, gauss)
+        state, expected, normal_cached = self._read()
         if raw is not None and self._trusted is None:
-            self._trusted = (name == "MT19937" and raw[:-4] == state[1]
-                             and int.from_bytes(raw[-4:], sys.byteorder, signed=True) == position)
-        self._last = (raw, state) if raw is not None and self._trusted and not has_gauss \
+            self._trusted = raw == expected
+        self._last = (raw, state) if raw is not None and self._trusted and not normal_cached \
             else None
         return state
 
@@ -69,17 +70,61 @@ class _NumpyState:
         another cached normal deviate."""
         self._last = None
 
-    def _raw(self, numpy: Any) -> bytes | None:
-        getter = getattr(numpy.random, "get_bit_generator", None)  # numpy >= 1.25
-        if self._trusted is False or getter is None:
+    @abc.abstractmethod
+    def _raw(self) -> bytes | None:
+        """The raw words and position as they lie in memory; None: not readable here."""
+
+    @abc.abstractmethod
+    def _read(self) -> tuple[tuple[Any, ...], bytes | None, bool]:
+        """The state read in full (as saved), the raw bytes it implies (None: its layout is
+        not the one :meth:`_raw` reads), and whether a normal deviate is cached."""
+
+
+class _PythonGenerator(_Generator):
+    """The instance behind the random module's functions: a ``_random.Random``, whose C object
+    holds the position and then the words right after the object header."""
+
+    _OFFSET = object.__basicsize__
+    _LENGTH = 4 + _WORDS * 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._generator: random.Random = random.getstate.__self__  # type: ignore[attr-defined]
+        if _random.Random.__basicsize__ < self._OFFSET + self._LENGTH:
+            self._trusted = False  # another layout: never read past the object
+
+    def _raw(self) -> bytes:
+        return ctypes.string_at(id(self._generator) + self._OFFSET, self._LENGTH)
+
+    def _read(self) -> tuple[tuple[Any, ...], bytes | None, bool]:
+        version, words, gauss = self._generator.getstate()
+        state = (version, array.array(_WORD, words).tobytes(), gauss)
+        return state, struct.pack(f"=i{_WORDS}I", words[-1], *words[:-1]), gauss is not None
+
+
+class _NumpyGenerator(_Generator):
+    """numpy's global ``RandomState``; its raw state lies at its bit generator's
+    ``ctypes.state_address`` (numpy >= 1.25), the words and then the position."""
+
+    def _raw(self) -> bytes | None:
+        getter = getattr(sys.modules["numpy"].random, "get_bit_generator", None)
+        if getter is None:
             return None
         generator = getter()
         if type(generator).__name__ != "MT19937":
             return None
-        return ctypes.string_at(generator.ctypes.state_address, self._WORDS * 4 + 4)
+        return ctypes.string_at(generator.ctypes.state_address, _WORDS * 4 + 4)
+
+    def _read(self) -> tuple[tuple[Any, ...], bytes | None, bool]:
+        name, keys, position, has_gauss, gauss = sys.modules["numpy"].random.get_state()
+        state = (name, keys.tobytes(), keys.dtype.str, position, has_gauss, gauss)
+        expected = (state[1] + position.to_bytes(4, sys.byteorder, signed=True)
+                    if name == "MT19937" else None)
+        return state, expected, bool(has_gauss)
 
 
-_numpy = _NumpyState()
+_python = _PythonGenerator()
+_numpy = _NumpyGenerator()
 
 
 def restore(states: dict[str, Any]) -> None:
@@ -87,6 +132,7 @@ def restore(states: dict[str, Any]) -> None:
     if isinstance(words, bytes):
         words = tuple(array.array(_WORD, words))
     random.setstate((version, words, gauss))
+    _python.forget()
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
