@@ -198,8 +198,14 @@ class CheckpointMemory:
         return [self._slots.path(rank, slot) for slot in range(snapshot_slots.SLOTS_PER_RANK)]
 
     def committed(self) -> None:
-        """A worker committed a snapshot: look for a newly complete step."""
-        self._wake.set()
+        """A worker committed a snapshot: look for a newly complete step, if a checksum or a
+        write is due (waking the loop at every commit of every rank costs the agent more than
+        the commit's message itself)."""
+        now = self._clock.monotonic()
+        if now - self._last_hash >= _HASH_INTERVAL or (
+                not self._persist_on_order
+                and now - self._last_persist >= self.settings.persist_interval):
+            self._wake.set()
 
     def newest_step(self, rank: int) -> int | None:
         """The step of the rank's newest complete snapshot, read from its slot headers (a
