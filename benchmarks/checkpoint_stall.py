@@ -97,6 +97,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100,500", help="millions of parameters")
     parser.add_argument("--repeats", type=int, default=5)
+    common.add_result_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     results = []
@@ -111,8 +112,7 @@ def main() -> None:
         result = measure(size, args.repeats)
         results.append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "raw"}), flush=True)
-    path = common.write_result("checkpoint-stall", {"sizes": results})
-    print(f"written to {path}")
+    common.write_result("checkpoint-stall", {"sizes": results}, args.output)
 
 
 if __name__ == "__main__":

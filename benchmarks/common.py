@@ -139,11 +139,12 @@ def add_worst(summary: dict[str, dict[str, float | None]], results: Sequence[dic
 
 
 def write_trials(name: str, results: Sequence[dict[str, Any]],
-                 summary: dict[str, dict[str, float | None]], setup: str) -> None:
-    """Write a trial benchmark's result (every trial, the summary, the set-up) and show it."""
-    path = write_result(name, {"trials": list(results), "medians": summary, "setup": setup})
+                 summary: dict[str, dict[str, float | None]], setup: str,
+                 output: Path | None) -> None:
+    """Show a trial benchmark's summary; with ``output``, write its result there (every trial,
+    the summary, the set-up)."""
     print(json.dumps(summary, indent=1))
-    print(f"written to {path}")
+    write_result(name, {"trials": list(results), "medians": summary, "setup": setup}, output)
 
 
 def median(values: Iterable[float | None]) -> float | None:
@@ -164,13 +165,25 @@ def header(name: str, argv: Sequence[str]) -> dict[str, Any]:
                                               *argv]}}
 
 
-def write_result(name: str, body: dict[str, Any]) -> Path:
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def add_result_output_argument(parser: argparse.ArgumentParser) -> None:
+    """``--output`` for a benchmark whose result's name depends on its options: a file, or a
+    directory to hold ``<result name>.json``."""
+    parser.add_argument("--output", nargs="?", type=Path, const=RESULTS, default=None,
+                        help="also write the result here: a file, or a directory for "
+                        "<result name>.json (given without a path: benchmarks/results/)")
+
+
+def write_result(name: str, body: dict[str, Any], output: Path | None) -> None:
+    """Write ``body`` as result ``name`` to ``output`` (a file, or a directory to hold
+    ``<name>.json``), with when and where it ran; nothing without ``output``."""
+    if output is None:
+        return
+    path = output / f"{name}.json" if output.is_dir() else output
+    path.parent.mkdir(parents=True, exist_ok=True)
     body = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": machine(), **body}
     path.write_text(json.dumps(body, indent=1) + "\n")
-    return path
+    print(f"written to {path}", file=sys.stderr)
 
 
 def add_step_job_arguments(parser: argparse.ArgumentParser, *, name: str, steps: int) -> None:

@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
+    common.add_result_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     results = common.run_trials(
@@ -106,7 +107,7 @@ def main() -> None:
         "controller-failover", results, summary,
         "host_loss.py's DDP MLP on CPU with gloo, 2 ranks per host, 2 hosts + 1 spare on "
         "loopback, two controllers sharing a SQLite store (--leader-ttl 2); rank 2 killed; "
-        "leader-killed: the leading controller killed once it has decided")
+        "leader-killed: the leading controller killed once it has decided", args.output)
 
 
 if __name__ == "__main__":

@@ -185,6 +185,7 @@ def main() -> None:
                         help="comma-separated numbers of simulated hosts, one run each")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=1)
+    common.add_result_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     rng = random.Random(args.seed)
@@ -194,13 +195,12 @@ def main() -> None:
             result = measure(hosts, seconds=args.seconds, root=Path(root), rng=rng)
             runs.append(result)
             print(result, flush=True)
-    path = common.write_result("controller-scale", {
+    common.write_result("controller-scale", {
         "runs": runs, "target": f"every report answered, p99 fault report -> decision under "
         f"{TARGET_P99 * 1000:.0f} ms, controller on one core",
         "setup": "simulated hosts x 16 devices, a report every 5 s each over 8 gRPC channels "
                  "(plain text, loopback); one fault a second; the controller pinned to CPU 0, "
-                 "etcd 3.4 (one member) and the simulated hosts on CPU 1"})
-    print(f"written to {path}")
+                 "etcd 3.4 (one member) and the simulated hosts on CPU 1"}, args.output)
 
 
 if __name__ == "__main__":

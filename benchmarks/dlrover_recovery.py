@@ -162,6 +162,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
+    common.add_result_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     rng = random.Random(args.seed)
@@ -179,7 +180,7 @@ def main() -> None:
         "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "
         "about 0.1 s per step, under dlrover-run --standalone (DLRover 0.6.1, "
         "torch 2.13.0); DLRover's flash checkpoint saves to shared memory every "
-        "step and to disk every 25 steps")
+        "step and to disk every 25 steps", args.output)
 
 
 if __name__ == "__main__":

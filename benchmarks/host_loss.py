@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--fault", choices=("host", "rank"), default="host")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
+    common.add_result_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     tools = args.tools.split(",")
@@ -168,7 +169,7 @@ def main() -> None:
         f"{'host 1 killed whole' if args.fault == 'host' else 'rank 2 killed'}. "
         "trainguard: 2 hosts + 1 spare, snapshots to memory every "
         "step, Session.run; torchrun: 3 hosts in the job (c10d, --nnodes 2:3), "
-        "torch.save every 25 steps, 6 ranks then 4")
+        "torch.save every 25 steps, 6 ranks then 4", args.output)
 
 
 if __name__ == "__main__":

@@ -191,6 +191,7 @@ def main() -> None:
                                            "torchrun")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
+    common.add_result_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     tools = args.tools.split(",")
@@ -207,7 +208,7 @@ def main() -> None:
         "about 0.1 s per step; trainguard snapshots to memory every step, torchrun "
         "saves with torch.save every 25 steps; trainguard = job-level restart "
         "(exit), trainguard-in-place = recover-in-place, trainguard-retry = step "
-        "retry after a simulated device memory error")
+        "retry after a simulated device memory error", args.output)
 
 
 if __name__ == "__main__":
