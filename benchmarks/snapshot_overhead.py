@@ -17,7 +17,10 @@ floor: one replica's state copied once per step at this machine's memory bandwid
 here on one thread, into memory reserved beforehand, as the snapshot does; the fastest of 11),
 as a share of the step without snapshots; every rank of a data-parallel group copying its
 whole state costs ``ranks`` times that. And the noise: the job without snapshots run a second
-time in each round, against the first (an overhead within it is not resolved here). Prints one
+time in each round, against the first (an overhead within it is not resolved here); and each
+round's overheads against that round's run without snapshots, since two runs of one job differ
+more than the steps within a run do (how 4 ranks share 2 cores settles differently each time).
+Prints one
 JSON object; ``--output`` also writes it
 (default when given without a path: benchmarks/results/snapshot-overhead.json).
 
@@ -115,14 +118,17 @@ def _command(size: Size, every: int, workdir: Path, args: argparse.Namespace) ->
 def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     chosen = {BASELINE, CONTROL, *(args.variants or VARIANTS)}
     times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
+    by_round: dict[str, list[float]] = {name: [] for name in times}  # each run's median
     for number in range(args.rounds):
         for name in times:
             every, env = VARIANTS[name]
             workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-", dir=root))
-            times[name] += overhead.step_times(
+            measured = overhead.step_times(
                 f"{size.name}, {name}", _command(size, every, workdir, args), workdir=workdir,
                 ranks=args.nproc_per_node, skip=max(1, int(args.steps * args.warmup)),
                 timeout=args.timeout, env=env)
+            times[name] += measured
+            by_round[name].append(statistics.median(measured))
             print(f"[snapshot-overhead] round {number + 1}: {size.name}, {name} done",
                   file=sys.stderr, flush=True)
     medians = {name: statistics.median(values) for name, values in times.items()}
@@ -137,6 +143,10 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
         "steps_measured": {name: len(values) for name, values in times.items()},
         "overhead": overheads, "met": {name: value <= TARGET for name, value in overheads.items()},
         "noise": medians[CONTROL] / baseline - 1,
+        "overhead_by_round": {
+            name: [median / base - 1 for median, base in zip(values, by_round[BASELINE],
+                                                              strict=True)]
+            for name, values in by_round.items() if name != BASELINE},
         "floor_copy_seconds": floor, "floor_overhead": floor / baseline,
         "every_rank_copies_overhead": args.nproc_per_node * floor / baseline,
     }

@@ -311,6 +311,10 @@ def _overhead(lines: list[str]) -> None:
     lines += ["", *verdicts, ""]
 
 
+def _percents(values: list[float]) -> str:
+    return ", ".join(f"{value:+.1%}" for value in values)
+
+
 def _snapshot_overhead(lines: list[str]) -> None:
     result = _load("snapshot-overhead")
     if result is None:
@@ -333,8 +337,12 @@ def _snapshot_overhead(lines: list[str]) -> None:
                      f"{medians['no snapshots'] * 1000:.1f} ms | {' | '.join(cells)} | "
                      f"{size['floor_copy_seconds'] * 1000:.1f} ms ({size['floor_overhead']:+.1%}) "
                      f"| {size['every_rank_copies_overhead']:+.1%} | {noise} |")
+        rounds = size.get("overhead_by_round", {})
         verdicts += [f"- {size['name']}, {name}, at most {result['target']:.0%} above no "
-                     f"snapshots: {_verdict(met)} ({overheads[name]:+.1%}; noise {noise})"
+                     f"snapshots: {_verdict(met)} ({overheads[name]:+.1%}; noise {noise}"
+                     + (f"; by round {_percents(rounds[name])}, the control by round "
+                        f"{_percents(rounds['no snapshots, again'])})" if name in rounds
+                        else ")")
                      for name, met in size["met"].items()]
     lines += ["", *verdicts, ""]
 

@@ -36,6 +36,8 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     medians = size["median_step_seconds"]
     assert size["noise"] == pytest.approx(
         medians[snapshot_overhead.CONTROL] / medians[snapshot_overhead.BASELINE] - 1)
+    assert set(size["overhead_by_round"]) == {snapshot_overhead.CONTROL, *asked}
+    assert all(len(values) == 1 for values in size["overhead_by_round"].values())
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     lines: list[str] = []
@@ -44,7 +46,9 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert "python -m benchmarks.snapshot_overhead --nproc-per-node 2 --steps 12" in text
     assert "| demo (2.4 MB) |" in text
     assert "- demo, shares, every step, at most 5% above no snapshots: " in text
-    assert f"noise {size['noise']:+.1%})" in text
+    control = size["overhead_by_round"][snapshot_overhead.CONTROL][0]
+    assert f"noise {size['noise']:+.1%}; by round " in text
+    assert f"the control by round {control:+.1%})" in text
 
 
 def test_the_large_size_holds_about_75_megabytes_per_rank() -> None:
