@@ -7,34 +7,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from tests.agent.fake_workers import FakeWriter, fake_worker
 from trainguard import clock as clocks
 from trainguard.agent import checkpoint_memory, node_agent, workers
 from trainguard.agent.settings import AgentSettings
 from trainguard.detect import heartbeat
 from trainguard.ipc import messages
-from trainguard.proto import versioned, worker_codec
-
-
-class FakeWriter:
-    def __init__(self) -> None:
-        self.sent: list[messages.Message] = []
-
-    def is_closing(self) -> bool:
-        return False
-
-    def write(self, data: bytes) -> None:
-        assert versioned.frame_length(data[:versioned.LENGTH_SIZE]) == len(data) - 4
-        self.sent.append(worker_codec.decode(data[versioned.LENGTH_SIZE:]))
-
-
-def _worker(rank: int, begun: int | None) -> tuple[workers.WorkerState, FakeWriter]:
-    pump: Any = None
-    writer = FakeWriter()
-    link: Any = writer
-    worker = workers.WorkerState(rank=rank, local_rank=rank, error_file=Path("/nonexistent"),
-                                 stdout=pump, stderr=pump, started_at=0.0, pid=100 + rank,
-                                 link=link, begun_step=begun)
-    return worker, writer
 
 
 def test_a_new_interval_reaches_every_rank_from_the_same_unbegun_step() -> None:
@@ -52,7 +30,7 @@ def test_a_new_interval_reaches_every_rank_from_the_same_unbegun_step() -> None:
                                         started_at=0.0, restore=restore)
         writers = []
         for rank, begun in enumerate((30, 31, None)):
-            generation.workers[rank], writer = _worker(rank, begun)
+            generation.workers[rank], writer = fake_worker(rank, begun)
             writers.append(writer)
         agent._generation = generation
         agent.pace_snapshots(1)  # unchanged: nothing sent
@@ -89,7 +67,7 @@ def test_a_hello_before_the_pid_is_known_is_taken_on_the_workers_secret_alone() 
         generation = workers.Generation(number=0, restart_count=0, master_port=29500,
                                         started_at=0.0, restore=restore)
         for rank in (0, 1):
-            generation.workers[rank], _ = _worker(rank, None)
+            generation.workers[rank], _ = fake_worker(rank, None)
             generation.workers[rank].pid = None
         generation.workers[0].secret = "secret-of-rank-0"
         agent._generation = generation

@@ -470,10 +470,17 @@ class NodeAgent:
             if worker.alive and worker.send(messages.CompleteShares(request_id, failed_rank)):
                 replies[worker.rank] = future = loop.create_future()
                 self._completions[(worker.rank, request_id)] = future
+        # At least as long as a rank may take to answer (see the constant); over once one rank
+        # has written the share (the others only say why they did not) or all have answered
+        # (a rank that leaves answers so: worker_disconnected).
+        deadline = loop.time() + max(timeout, 2 * messages.COMPLETE_SHARES_WAIT)
+        pending = set(replies.values())
         try:
-            if replies:  # at least as long as a rank may take to answer (see the constant)
-                await asyncio.wait(replies.values(), timeout=max(
-                    timeout, 2 * messages.COMPLETE_SHARES_WAIT))
+            while pending and not any(f.done() and f.result().ok for f in replies.values()):
+                _, pending = await asyncio.wait(pending, timeout=deadline - loop.time(),
+                                                return_when=asyncio.FIRST_COMPLETED)
+                if loop.time() >= deadline:
+                    break
         finally:
             self._completions.clear()
         answers = {rank: future.result() for rank, future in replies.items() if future.done()}
@@ -623,6 +630,10 @@ class NodeAgent:
         if worker is not None:
             worker.link = None
             worker.disconnected.set()
+            for (rank, request_id), future in self._completions.items():
+                if rank == worker.rank and not future.done():
+                    future.set_result(messages.ControlReply(
+                        request_id, False, "it left without answering"))
 
     def worker_message(self, hello: messages.Hello, message: messages.Message) -> None:
         worker = self._worker(hello)
