@@ -3,14 +3,18 @@ messages sent to it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainguard.agent import workers
+from trainguard import clock as clocks
+from trainguard.agent import checkpoint_memory, node_agent, workers
+from trainguard.agent.settings import AgentSettings
+from trainguard.detect import heartbeat
 from trainguard.ipc import messages
 from trainguard.proto import versioned, worker_codec
 
-__all__ = ["FakeWriter", "fake_worker"]
+__all__ = ["FakeWriter", "agent_with_workers", "fake_worker"]
 
 
 class FakeWriter:
@@ -33,3 +37,27 @@ def fake_worker(rank: int, begun: int | None) -> tuple[workers.WorkerState, Fake
                                  stdout=pump, stderr=pump, started_at=0.0, pid=100 + rank,
                                  link=link, begun_step=begun)
     return worker, writer
+
+
+def agent_with_workers(begun: Sequence[int | None], *, generation: int = 1,
+                       restored: checkpoint_memory.RestoreChoice | None = None,
+                       **settings: Any) -> tuple[node_agent.NodeAgent, list[FakeWriter]]:
+    """A node agent (no checkpoints, no processes) in ``generation``, with a fake worker per
+    entry of ``begun`` (the step it began, or None); ``settings``: more AgentSettings."""
+    checkpoints: Any = None
+    agent = node_agent.NodeAgent(
+        AgentSettings(nproc_per_node=len(begun), run_id="job", run_dir=Path("/nonexistent"),
+                      program=workers.ProgramSpec("path", "train.py", ()), **settings),
+        detector=heartbeat.HangDetector(heartbeat.HeartbeatSettings()),
+        checkpoints=checkpoints, clock=clocks.SystemClock(), base_env={},
+        on_injection=lambda *_: None)
+    current = workers.Generation(
+        number=generation, restart_count=generation, master_port=29500, started_at=0.0,
+        restore=restored or checkpoint_memory.RestoreChoice(messages.RestoreSource.NONE, 0,
+                                                            {}, ""))
+    writers = []
+    for rank, step in enumerate(begun):
+        current.workers[rank], writer = fake_worker(rank, step)
+        writers.append(writer)
+    agent._generation = current
+    return agent, writers

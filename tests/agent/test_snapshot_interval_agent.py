@@ -4,35 +4,18 @@ the grid of the restored step."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
-from tests.agent.fake_workers import FakeWriter, fake_worker
-from trainguard import clock as clocks
-from trainguard.agent import checkpoint_memory, node_agent, workers
-from trainguard.agent.settings import AgentSettings
-from trainguard.detect import heartbeat
+from tests.agent.fake_workers import FakeWriter, agent_with_workers
+from trainguard.agent import checkpoint_memory
 from trainguard.ipc import messages
 
 
 def test_a_new_interval_reaches_every_rank_from_the_same_unbegun_step() -> None:
     async def scenario() -> tuple[list[list[messages.Message]], int, list[messages.Message]]:
-        settings = AgentSettings(nproc_per_node=3, run_id="job", run_dir=Path("/nonexistent"),
-                                 program=workers.ProgramSpec("path", "train.py", ()),
-                                 snapshot_every="auto")
-        checkpoints: Any = None
-        agent = node_agent.NodeAgent(
-            settings, detector=heartbeat.HangDetector(heartbeat.HeartbeatSettings()),
-            checkpoints=checkpoints, clock=clocks.SystemClock(), base_env={},
-            on_injection=lambda *_: None)
-        restore = checkpoint_memory.RestoreChoice(messages.RestoreSource.MEMORY, 12, {}, "")
-        generation = workers.Generation(number=1, restart_count=1, master_port=29500,
-                                        started_at=0.0, restore=restore)
-        writers = []
-        for rank, begun in enumerate((30, 31, None)):
-            generation.workers[rank], writer = fake_worker(rank, begun)
-            writers.append(writer)
-        agent._generation = generation
+        agent, writers = agent_with_workers(
+            (30, 31, None), snapshot_every="auto",
+            restored=checkpoint_memory.RestoreChoice(messages.RestoreSource.MEMORY, 12, {}, ""))
         agent.pace_snapshots(1)  # unchanged: nothing sent
         agent.pace_snapshots(4)
         sent = [list(writer.sent) for writer in writers]
@@ -56,21 +39,11 @@ def test_a_hello_before_the_pid_is_known_is_taken_on_the_workers_secret_alone() 
     read: its own secret admits it then; a wrong secret, or a worker not yet spawned (no
     secret), does not."""
     async def scenario() -> list[bool]:
-        settings = AgentSettings(nproc_per_node=2, run_id="job", run_dir=Path("/nonexistent"),
-                                 program=workers.ProgramSpec("path", "train.py", ()))
-        checkpoints: Any = None
-        agent = node_agent.NodeAgent(
-            settings, detector=heartbeat.HangDetector(heartbeat.HeartbeatSettings()),
-            checkpoints=checkpoints, clock=clocks.SystemClock(), base_env={},
-            on_injection=lambda *_: None)
-        restore = checkpoint_memory.RestoreChoice(messages.RestoreSource.NONE, 0, {}, "")
-        generation = workers.Generation(number=0, restart_count=0, master_port=29500,
-                                        started_at=0.0, restore=restore)
-        for rank in (0, 1):
-            generation.workers[rank], _ = fake_worker(rank, None)
-            generation.workers[rank].pid = None
+        agent, _ = agent_with_workers((None, None), generation=0)
+        generation = agent._current()
+        for worker in generation.workers.values():
+            worker.pid = None
         generation.workers[0].secret = "secret-of-rank-0"
-        agent._generation = generation
         stream: Any = FakeWriter()
         return [agent.worker_connected(messages.Hello(
                     rank=rank, local_rank=rank, pid=4242, generation=0, secret=secret), stream)
