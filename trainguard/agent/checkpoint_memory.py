@@ -202,10 +202,17 @@ class CheckpointMemory:
         write is due (waking the loop at every commit of every rank costs the agent more than
         the commit's message itself)."""
         now = self._clock.monotonic()
-        if now - self._last_hash >= _HASH_INTERVAL or (
-                not self._persist_on_order
-                and now - self._last_persist >= self.settings.persist_interval):
+        if self._write_due(now) or self._hash_due(now):
             self._wake.set()
+
+    def _write_due(self, now: float) -> bool:
+        """Whether the background loop writes the newest step to disk now (not when the
+        controller orders each write)."""
+        return (not self._persist_on_order
+                and now - self._last_persist >= self.settings.persist_interval)
+
+    def _hash_due(self, now: float) -> bool:
+        return now - self._last_hash >= _HASH_INTERVAL
 
     def newest_step(self, rank: int) -> int | None:
         """The step of the rank's newest complete snapshot, read from its slot headers (a
@@ -325,10 +332,9 @@ class CheckpointMemory:
                 await asyncio.wait_for(self._wake.wait(), timeout=due if due > 0 else None)
             self._wake.clear()
             now = self._clock.monotonic()
-            if (not self._persist_on_order
-                    and now - self._last_persist >= self.settings.persist_interval):
+            if self._write_due(now):
                 await self.flush()
-            elif now - self._last_hash >= _HASH_INTERVAL:
+            elif self._hash_due(now):
                 self._last_hash = now
                 await self._hash_newest()
 
