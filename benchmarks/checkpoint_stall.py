@@ -97,7 +97,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100,500", help="millions of parameters")
     parser.add_argument("--repeats", type=int, default=5)
-    common.add_result_output_argument(parser)
+    common.add_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     results = []

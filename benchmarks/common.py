@@ -165,28 +165,15 @@ def header(name: str, argv: Sequence[str]) -> dict[str, Any]:
                                               *argv]}}
 
 
-def add_result_output_argument(parser: argparse.ArgumentParser) -> None:
-    """``--output`` for a benchmark whose result's name depends on its options: a file, or a
-    directory to hold ``<result name>.json``."""
-    parser.add_argument("--output", nargs="?", type=Path, const=RESULTS, default=None,
-                        help="also write the result here: a file, or a directory for "
-                        "<result name>.json (given without a path: benchmarks/results/)")
-
-
 def write_result(name: str, body: dict[str, Any], output: Path | None) -> None:
     """Write ``body`` as result ``name`` to ``output`` (a file, or a directory to hold
     ``<name>.json``), with when and where it ran; nothing without ``output``."""
-    if output is None:
-        return
-    path = output / f"{name}.json" if output.is_dir() else output
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine(), **body}
-    path.write_text(json.dumps(body, indent=1) + "\n")
-    print(f"written to {path}", file=sys.stderr)
+    if output is not None:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        _write(name, {"benchmark": name, "when": when, "machine": machine(), **body}, output)
 
 
-def add_step_job_arguments(parser: argparse.ArgumentParser, *, name: str, steps: int) -> None:
+def add_step_job_arguments(parser: argparse.ArgumentParser, *, steps: int) -> None:
     """The options every step-time benchmark shares: ranks, steps, rounds, warm-up, timeout,
     output."""
     parser.add_argument("--nproc-per-node", type=int, default=4)
@@ -196,13 +183,15 @@ def add_step_job_arguments(parser: argparse.ArgumentParser, *, name: str, steps:
                         help="the share of each rank's first steps left out")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds one job may take")
-    add_output_argument(parser, name=name)
+    add_output_argument(parser)
 
 
-def add_output_argument(parser: argparse.ArgumentParser, *, name: str) -> None:
-    parser.add_argument("--output", nargs="?", type=Path, const=RESULTS / f"{name}.json",
-                        default=None, help="also write the JSON here (default when given "
-                        f"without a path: benchmarks/results/{name}.json)")
+def add_output_argument(parser: argparse.ArgumentParser) -> None:
+    """``--output``: a file, or a directory to hold ``<result name>.json`` (the result's name
+    may depend on the options, as a fault's)."""
+    parser.add_argument("--output", nargs="?", type=Path, const=RESULTS, default=None,
+                        help="also write the result here: a file, or a directory for "
+                        "<result name>.json (given without a path: benchmarks/results/)")
 
 
 def run_step_job_benchmark(name: str, parser: argparse.ArgumentParser,
@@ -221,9 +210,14 @@ def run_step_job_benchmark(name: str, parser: argparse.ArgumentParser,
 
 def publish(name: str, result: dict[str, Any], output: Path | None) -> None:
     """Print the result as one JSON object, and write it to ``output`` when given."""
-    text = json.dumps(result, indent=1)
-    print(text)
+    print(json.dumps(result, indent=1))
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text + "\n")
-        print(f"[{name}] written to {output}", file=sys.stderr)
+        _write(name, result, output)
+
+
+def _write(name: str, result: dict[str, Any], output: Path) -> None:
+    """Write result ``name`` to ``output``: a file, or a directory to hold ``<name>.json``."""
+    path = output / f"{name}.json" if output.is_dir() else output
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"[{name}] written to {path}", file=sys.stderr)

@@ -185,7 +185,7 @@ def main() -> None:
                         help="comma-separated numbers of simulated hosts, one run each")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=1)
-    common.add_result_output_argument(parser)
+    common.add_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     rng = random.Random(args.seed)

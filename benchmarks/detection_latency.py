@@ -620,7 +620,7 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--poll", type=float, default=0.02,
                         help="seconds between two reads of the store")
     result.add_argument("--seed", type=int, default=1)
-    common.add_output_argument(result, name=NAME)
+    common.add_output_argument(result)
     return result
 
 

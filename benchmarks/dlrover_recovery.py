@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
-    common.add_result_output_argument(parser)
+    common.add_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     rng = random.Random(args.seed)

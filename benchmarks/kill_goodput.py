@@ -273,7 +273,7 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--width", type=_above_zero(int), default=JOB.width,
                         help=f"the model's width (default {JOB.width}: about 75 MB of state "
                              "per rank)")
-    common.add_output_argument(result, name=NAME)
+    common.add_output_argument(result)
     return result
 
 

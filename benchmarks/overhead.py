@@ -149,7 +149,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    common.add_step_job_arguments(result, name=NAME, steps=500)
+    common.add_step_job_arguments(result, steps=500)
     result.add_argument("--width", type=int, default=768)
     result.add_argument("--batch", type=int, default=128)
     result.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS],

@@ -191,7 +191,7 @@ def main() -> None:
                                            "torchrun")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
-    common.add_result_output_argument(parser)
+    common.add_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
     tools = args.tools.split(",")

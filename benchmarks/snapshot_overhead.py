@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    common.add_step_job_arguments(result, name=NAME, steps=200)
+    common.add_step_job_arguments(result, steps=200)
     result.add_argument("--sizes", nargs="+", choices=[size.name for size in SIZES],
                         default=[size.name for size in SIZES])
     result.add_argument("--variants", nargs="+",
