@@ -36,7 +36,8 @@ from typing import Any
 
 from benchmarks import common
 
-__all__ = ["TARGET", "VARIANTS", "Variant", "has_metrics_flag", "main", "step_times"]
+__all__ = ["TARGET", "VARIANTS", "Variant", "has_metrics_flag", "main", "rank_step_times",
+           "step_times"]
 
 NAME = "overhead"
 TARGET = 0.02  # the overhead each variant must stay under
@@ -91,6 +92,15 @@ def step_times(name: str, command: list[str], *, workdir: Path, ranks: int, skip
                timeout: float, env: dict[str, str] | None = None) -> list[float]:
     """Run one job of jobs/overhead_job.py in ``workdir`` (``env`` added to the environment);
     every rank's step times but its first ``skip``."""
+    return [seconds for per_rank in rank_step_times(
+        name, command, workdir=workdir, ranks=ranks, timeout=timeout, env=env)
+        for seconds in per_rank[skip:]]
+
+
+def rank_step_times(name: str, command: list[str], *, workdir: Path, ranks: int,
+                    timeout: float, env: dict[str, str] | None = None) -> list[list[float]]:
+    """Like :func:`step_times`, each rank's step times apart and all of them, in step order
+    (item ``i``: from step ``i``'s start to the next's)."""
     with common.ProcessGroup(command, log=workdir / "launcher.log",
                              env={**(env or {}), "BENCH_OUTPUT_DIR": str(workdir)}) as group:
         try:
@@ -106,7 +116,7 @@ def step_times(name: str, command: list[str], *, workdir: Path, ranks: int, skip
         path = workdir / f"steps-{rank}.json"
         if not path.exists():
             raise RuntimeError(f"{name}: rank {rank} wrote no step times ({path})")
-        seconds += json.loads(path.read_text())[skip:]
+        seconds.append(json.loads(path.read_text()))
     return seconds
 
 

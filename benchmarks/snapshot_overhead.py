@@ -20,6 +20,12 @@ whole state costs ``ranks`` times that. And the noise: the job without snapshots
 time in each round, against the first (an overhead within it is not resolved here); and each
 round's overheads against that round's run without snapshots, since two runs of one job differ
 more than the steps within a run do (how 4 ranks share 2 cores settles differently each time).
+Last, the paired estimate, which that difference between runs does not reach: one more job
+per round with a snapshot every ``--paired-every``-th step (shares, as by default), in which
+each snapshot's two steps (the one it is taken in, and the next, which a copy behind or a
+cache it left cold slows) are set against the two steps after them, in the same run on the
+same rank: the median of those differences is what one snapshot costs, and against a step
+away from snapshots it is the overhead a snapshot every step would have.
 Prints one
 JSON object; ``--output`` also writes it
 (default when given without a path: benchmarks/results/snapshot-overhead.json).
@@ -45,7 +51,7 @@ from torch import nn
 from benchmarks import common, overhead
 
 __all__ = ["BASELINE", "CONTROL", "SIZES", "TARGET", "VARIANTS", "Size", "copy_seconds", "main",
-           "state_bytes"]
+           "paired_cost", "state_bytes"]
 
 NAME = "snapshot-overhead"
 TARGET = 0.05  # a snapshot variant's median step may be at most this much slower
@@ -107,6 +113,28 @@ def copy_seconds(nbytes: int, *, repeats: int = 11) -> float:
     return min(times)
 
 
+def paired_cost(per_rank: Sequence[Sequence[float]], *, every: int,
+                skip: int) -> tuple[float, float, int]:
+    """What one snapshot costs, from one run with a snapshot after every ``every``-th step
+    (``per_rank``: each rank's step times, in step order; the first ``skip`` left out): the
+    median over snapshots of (its step + the next) - (the two after those), the median step
+    of those two, and how many snapshots were compared. Raises ValueError: ``every`` < 4
+    (the two steps compared against would hold a snapshot), or no snapshot to compare."""
+    if every < 4:
+        raise ValueError(f"--paired-every must be at least 4, got {every}")
+    first = skip + (-(skip + 1)) % every  # the first step left in with a snapshot taken in it
+    differences: list[float] = []
+    clean: list[float] = []
+    for seconds in per_rank:
+        for index in range(first, len(seconds) - 3, every):
+            differences.append(seconds[index] + seconds[index + 1]
+                               - seconds[index + 2] - seconds[index + 3])
+            clean += seconds[index + 2 : index + 4]
+    if not differences:
+        raise ValueError("no snapshot with three steps after it: more --steps")
+    return statistics.median(differences), statistics.median(clean), len(differences)
+
+
 def _command(size: Size, every: int, workdir: Path, args: argparse.Namespace) -> list[str]:
     return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node",
             str(args.nproc_per_node), "--run-root", str(workdir / "runs"), "--rdzv-id", "bench",
@@ -119,18 +147,25 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
     chosen = {BASELINE, CONTROL, *(args.variants or VARIANTS)}
     times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
     by_round: dict[str, list[float]] = {name: [] for name in times}  # each run's median
+    paired: list[tuple[float, float, int]] = []  # each round's paired_cost
+    skip = max(1, int(args.steps * args.warmup))
     for number in range(args.rounds):
         for name in times:
             every, env = VARIANTS[name]
             workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-", dir=root))
             measured = overhead.step_times(
                 f"{size.name}, {name}", _command(size, every, workdir, args), workdir=workdir,
-                ranks=args.nproc_per_node, skip=max(1, int(args.steps * args.warmup)),
-                timeout=args.timeout, env=env)
+                ranks=args.nproc_per_node, skip=skip, timeout=args.timeout, env=env)
             times[name] += measured
             by_round[name].append(statistics.median(measured))
             print(f"[snapshot-overhead] round {number + 1}: {size.name}, {name} done",
                   file=sys.stderr, flush=True)
+        if args.paired_every:
+            workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-paired-", dir=root))
+            paired.append(paired_cost(overhead.rank_step_times(
+                f"{size.name}, paired", _command(size, args.paired_every, workdir, args),
+                workdir=workdir, ranks=args.nproc_per_node, timeout=args.timeout),
+                every=args.paired_every, skip=skip))
     medians = {name: statistics.median(values) for name, values in times.items()}
     baseline = medians[BASELINE]
     overheads = {name: median / baseline - 1 for name, median in medians.items()
@@ -149,6 +184,20 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
             for name, values in by_round.items() if name != BASELINE},
         "floor_copy_seconds": floor, "floor_overhead": floor / baseline,
         "every_rank_copies_overhead": args.nproc_per_node * floor / baseline,
+        **({"paired": _paired(paired, args.paired_every)} if paired else {}),
+    }
+
+
+def _paired(rounds: list[tuple[float, float, int]], every: int) -> dict[str, Any]:
+    """The paired estimate over every round (each round's median cost against its own clean
+    step), and each round's."""
+    overheads = [cost / step for cost, step, _ in rounds]
+    overhead_ = statistics.median(overheads)
+    return {
+        "every": every, "snapshots_compared": sum(count for _, _, count in rounds),
+        "snapshot_seconds": statistics.median(cost for cost, _, _ in rounds),
+        "clean_step_seconds": statistics.median(step for _, step, _ in rounds),
+        "overhead": overhead_, "overhead_by_round": overheads, "met": overhead_ <= TARGET,
     }
 
 
@@ -163,9 +212,18 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                  f"round(s); the snapshot (Session.checkpoint after each step) is inside the "
                  f"timed step; the first {args.warmup:.0%} of each rank's steps left out; floor: "
                  "one replica's state copied once per step at memory bandwidth, measured after the "
-                 "jobs",
+                 "jobs" + (f"; paired: one more job a round with a snapshot every "
+                           f"{args.paired_every}th step, each snapshot's two steps against the "
+                           "next two on the same rank" if args.paired_every else ""),
         "target": TARGET, "sizes": sizes,
     }
+
+
+def _paired_every(text: str) -> int:
+    every = int(text)
+    if every != 0 and every < 4:
+        raise argparse.ArgumentTypeError(f"must be 0 or at least 4, got {every}")
+    return every
 
 
 def parser() -> argparse.ArgumentParser:
@@ -178,6 +236,10 @@ def parser() -> argparse.ArgumentParser:
                         choices=[name for name in VARIANTS if name not in (BASELINE, CONTROL)],
                         help=f"measure only these ({BASELINE!r}, the baseline, and {CONTROL!r}, "
                              "the noise, always); default: all")
+    result.add_argument("--paired-every", type=_paired_every, default=4, metavar="N",
+                        help="also run each size once a round with a snapshot every N-th step "
+                             "(N >= 4) and compare, within the run, each snapshot's two steps "
+                             "with the next two (0: not)")
     return result
 
 

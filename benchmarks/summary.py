@@ -344,6 +344,16 @@ def _snapshot_overhead(lines: list[str]) -> None:
                         f"{_percents(rounds['no snapshots, again'])})" if name in rounds
                         else ")")
                      for name, met in size["met"].items()]
+        if "paired" in size:
+            paired = size["paired"]
+            verdicts.append(
+                f"- {size['name']}, paired within each run (a snapshot every "
+                f"{paired['every']}th step, shares; its two steps against the next two, "
+                f"{paired['snapshots_compared']} snapshots): "
+                f"{paired['snapshot_seconds'] * 1000:.2f} ms per snapshot, "
+                f"{paired['overhead']:+.1%} of a {paired['clean_step_seconds'] * 1000:.1f} ms "
+                f"step: {_verdict(paired['met'])} "
+                f"(by round {_percents(paired['overhead_by_round'])})")
     lines += ["", *verdicts, ""]
 
 

@@ -19,7 +19,8 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     output = tmp_path / "snapshot-overhead.json"
     asked = ["whole, every step", "shares, every step"]
     assert snapshot_overhead.main(["--nproc-per-node", "2", "--steps", "12", "--sizes", "demo",
-                                   "--variants", *asked, "--output", str(output)]) == 0
+                                   "--variants", *asked, "--paired-every", "4",
+                                   "--output", str(output)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert json.loads(output.read_text()) == result
     [size] = result["sizes"]
@@ -38,6 +39,12 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
         medians[snapshot_overhead.CONTROL] / medians[snapshot_overhead.BASELINE] - 1)
     assert set(size["overhead_by_round"]) == {snapshot_overhead.CONTROL, *asked}
     assert all(len(values) == 1 for values in size["overhead_by_round"].values())
+    paired = size["paired"]
+    # steps 3 and 7 of 12 (step 0 left out) have three steps after them, on each of 2 ranks
+    assert (paired["every"], paired["snapshots_compared"]) == (4, 4)
+    assert paired["overhead"] == pytest.approx(
+        paired["snapshot_seconds"] / paired["clean_step_seconds"])
+    assert paired["met"] == (paired["overhead"] <= snapshot_overhead.TARGET)
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     lines: list[str] = []
@@ -49,6 +56,34 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     control = size["overhead_by_round"][snapshot_overhead.CONTROL][0]
     assert f"noise {size['noise']:+.1%}; by round " in text
     assert f"the control by round {control:+.1%})" in text
+    assert (f"- demo, paired within each run (a snapshot every 4th step, shares; its two steps "
+            f"against the next two, 4 snapshots): {paired['snapshot_seconds'] * 1000:.2f} ms "
+            "per snapshot") in text
+
+
+def test_the_paired_cost_is_each_snapshots_two_steps_against_the_next_two() -> None:
+    # A snapshot after every 4th step (steps 3, 7, ...) adds 2 s to its step and 1 s to the
+    # next; the run drifts slower, which the pairing cancels.
+    seconds = [10.0 + index / 100 for index in range(40)]
+    for index in range(3, 39, 4):
+        seconds[index] += 2
+        seconds[index + 1] += 1
+    cost, step, count = snapshot_overhead.paired_cost([seconds, seconds], every=4, skip=5)
+    assert cost == pytest.approx(3 - 0.04)  # the two compared against are 2 steps later
+    assert count == 2 * 8  # steps 7, 11, ..., 35 on each rank
+    assert 10.05 < step < 10.4
+    with pytest.raises(ValueError, match="at least 4"):
+        snapshot_overhead.paired_cost([seconds], every=3, skip=0)
+    with pytest.raises(ValueError, match="more --steps"):
+        snapshot_overhead.paired_cost([seconds[:6]], every=4, skip=1)
+
+
+def test_paired_every_must_leave_two_clean_steps_after_each_snapshot(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        snapshot_overhead.parser().parse_args(["--paired-every", "3"])
+    assert "must be 0 or at least 4, got 3" in capsys.readouterr().err
+    assert snapshot_overhead.parser().parse_args(["--paired-every", "0"]).paired_every == 0
 
 
 def test_the_large_size_holds_about_75_megabytes_per_rank() -> None:
