@@ -25,10 +25,9 @@ per round with a snapshot every ``--paired-every``-th step (shares, as by defaul
 each snapshot's two steps (the one it is taken in, and the next, which a copy behind or a
 cache it left cold slows) are set against the two steps after them, in the same run on the
 same rank: the median of those differences is what one snapshot costs, and against a step
-away from snapshots it is the overhead a snapshot every step would have.
-Prints one
-JSON object; ``--output`` also writes it
-(default when given without a path: benchmarks/results/snapshot-overhead.json).
+away from snapshots it is the overhead a snapshot every step would have. Prints one JSON
+object; ``--output`` also writes it (default when given without a path:
+benchmarks/results/snapshot-overhead.json).
 
     python -m benchmarks.snapshot_overhead --output          # 4 ranks, 200 steps
 """
@@ -50,11 +49,14 @@ from torch import nn
 
 from benchmarks import common, overhead
 
-__all__ = ["BASELINE", "CONTROL", "SIZES", "TARGET", "VARIANTS", "Size", "copy_seconds", "main",
-           "paired_cost", "state_bytes"]
+__all__ = ["BASELINE", "CONTROL", "PAIRED_MIN_EVERY", "SIZES", "TARGET", "VARIANTS", "Size",
+           "copy_seconds", "main", "paired_cost", "state_bytes"]
 
 NAME = "snapshot-overhead"
 TARGET = 0.05  # a snapshot variant's median step may be at most this much slower
+PAIRED_MIN_EVERY = 4
+"""The paired estimate's fewest steps between snapshots: the two steps compared against a
+snapshot's two must hold none."""
 BASELINE = "no snapshots"
 CONTROL = "no snapshots, again"
 """The baseline run a second time in each round: how far two identical runs differ here (the
@@ -118,10 +120,10 @@ def paired_cost(per_rank: Sequence[Sequence[float]], *, every: int,
     """What one snapshot costs, from one run with a snapshot after every ``every``-th step
     (``per_rank``: each rank's step times, in step order; the first ``skip`` left out): the
     median over snapshots of (its step + the next) - (the two after those), the median step
-    of those two, and how many snapshots were compared. Raises ValueError: ``every`` < 4
-    (the two steps compared against would hold a snapshot), or no snapshot to compare."""
-    if every < 4:
-        raise ValueError(f"--paired-every must be at least 4, got {every}")
+    of those two, and how many snapshots were compared. Raises ValueError: ``every`` below
+    :data:`PAIRED_MIN_EVERY`, or no snapshot to compare."""
+    if every < PAIRED_MIN_EVERY:
+        raise ValueError(f"--paired-every must be at least {PAIRED_MIN_EVERY}, got {every}")
     first = skip + (-(skip + 1)) % every  # the first step left in with a snapshot taken in it
     differences: list[float] = []
     clean: list[float] = []
@@ -221,8 +223,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 
 def _paired_every(text: str) -> int:
     every = int(text)
-    if every != 0 and every < 4:
-        raise argparse.ArgumentTypeError(f"must be 0 or at least 4, got {every}")
+    if every != 0 and every < PAIRED_MIN_EVERY:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 or at least {PAIRED_MIN_EVERY}, got {every}")
     return every
 
 
@@ -236,10 +239,11 @@ def parser() -> argparse.ArgumentParser:
                         choices=[name for name in VARIANTS if name not in (BASELINE, CONTROL)],
                         help=f"measure only these ({BASELINE!r}, the baseline, and {CONTROL!r}, "
                              "the noise, always); default: all")
-    result.add_argument("--paired-every", type=_paired_every, default=4, metavar="N",
+    result.add_argument("--paired-every", type=_paired_every, default=PAIRED_MIN_EVERY,
+                        metavar="N",
                         help="also run each size once a round with a snapshot every N-th step "
-                             "(N >= 4) and compare, within the run, each snapshot's two steps "
-                             "with the next two (0: not)")
+                             f"(N >= {PAIRED_MIN_EVERY}) and compare, within the run, each "
+                             "snapshot's two steps with the next two (0: not)")
     return result
 
 
