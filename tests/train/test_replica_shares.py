@@ -172,7 +172,56 @@ def test_the_optimizers_tensors_are_kept_by_their_holder_alone() -> None:
     # w0..w7 in runs of 2 held by ranks 0..3; then the loader's position and the random state
     assert shares.holders(saved, tensors, sources) == [
         None, None, None, None, 2, 2, 3, 3, None, None]
-    owned = {tensor.data_ptr() for tensor in tensors[:6]}  # an optimizer's, not w6, w7
-    assert shares.holders(saved, tensors, sources, owned=owned) == [
+    optimizer = torch.optim.SGD(tensors[:6], lr=0.1)  # owns w0..w5, not w6, w7
+    assert shares.holders(saved, tensors, sources, optimizers=[optimizer]) == [
         0, 0, None, None, 2, 2, 3, 3, None, None]
     assert shares.predecessor == 0
+
+
+def test_the_holders_are_worked_out_again_only_when_what_they_depend_on_changed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
+                                          enabled=True, per_rank={"loader"})
+    shares._checked = True
+    worked_out: list[tuple[int, ...]] = []
+    assign = replica_shares.assign
+
+    def counted(tensors: list[torch.Tensor], group: tuple[int, ...]) -> list[int]:
+        worked_out.append(group)
+        return assign(tensors, group)
+
+    monkeypatch.setattr(replica_shares, "assign", counted)
+    saved = tree()
+    weights: list[torch.Tensor] = list(saved["state"]["model"].values())  # type: ignore[index]
+    optimizer = torch.optim.SGD(weights[:6], lr=0.1)
+
+    def answer() -> list[int | None] | None:
+        sources: list[int] = []
+        _, tensors = snapshot.flatten(saved, sources=sources)
+        return shares.holders(saved, tensors, sources, optimizers=[optimizer])
+
+    owned_by_optimizer = [0, 0, None, None, 2, 2, 3, 3, None, None]
+    assert answer() == owned_by_optimizer
+    assert len(worked_out) == 1
+    # The next step's tree: new objects around the same tensors.
+    saved = {"step": 4, "state": {"model": dict(saved["state"]["model"]),  # type: ignore[index]
+                                  "loader": saved["state"]["loader"]},  # type: ignore[index]
+             "rng": {"torch": torch.tensor([4, 5, 6], dtype=torch.uint8)}}
+    assert answer() == owned_by_optimizer
+    assert len(worked_out) == 1  # given again
+    # The optimizer updates another tensor in w0's place: w0 is no longer its.
+    optimizer.param_groups[0]["params"][0] = torch.zeros(10, 10)
+    assert answer() == [None, 0, None, None, 2, 2, 3, 3, None, None]
+    # A replicated key that becomes per-rank: the loader holds w7 too.
+    saved["state"]["loader"]["w7"] = saved["state"]["model"].pop("w7")  # type: ignore[index]
+    assert answer() == [None, 0, None, None, 2, 2, 3, None, None, None]
+    # A tensor of another size: the runs are cut again.
+    saved["state"]["model"]["w6"] = torch.zeros(20)  # type: ignore[index]
+    assert answer() == [None, 0, None, None, 2, 3, 3, None, None, None]
+    assert len(worked_out) == 4
+    assert answer() is not None
+    assert len(worked_out) == 4
+    # A new generation compares the replicas again, which needs the process group.
+    shares.new_generation()
+    assert answer() is None
+    assert not shares.enabled

@@ -141,20 +141,15 @@ class AgentMemoryBackend:
         slot = self._next_slot
         declared = self.slow_save_expected()  # the session declared it busy work
         self._steps.watch(optimizers)
-        # Where the optimizers' tensors are: for the shares (each run of them written once)
-        # and for the copy behind; looked up only when one of them needs it.
-        owners = (copy_behind.optimizer_tensors(optimizers)
-                  if optimizers and not whole and self._shares.enabled else None)
         prepared = self._layouts.prepare(
             tree, holders=None if whole else functools.partial(self._shares.holders,
-                                                               owned=owners or ()))
+                                                               optimizers=optimizers))
         mapped = self._slot(slot, prepared.nbytes + self._completion_room(prepared))
         later: list[int] = []
         # Below the threshold in all, no subset is worth a thread: skip finding the owned ones.
         if optimizers and self._behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
             self._behind.guard(optimizers)
-            if owners is None:
-                owners = copy_behind.optimizer_tensors(optimizers)
+            owners = copy_behind.optimizer_tensors(optimizers)
             later = [index for index, (tensor, entry) in enumerate(
                 zip(prepared.tensors, prepared.entries, strict=True))
                 if entry.nbytes and tensor.data_ptr() in owners]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -42,7 +42,7 @@ import torch.distributed as dist
 import xxhash
 
 from trainguard.job import replicas
-from trainguard.train import snapshot
+from trainguard.train import copy_behind, snapshot
 
 __all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "kept"]
 
@@ -137,6 +137,8 @@ class ReplicaShares:
         self._per_rank = frozenset(per_rank)
         self.enabled = enabled and len(self._group) > 2
         self._checked = False
+        # The last answer of holders(), with what it depended on (see there).
+        self._last: tuple[tuple[Any, ...], list[int | None] | None] | None = None
 
     @classmethod
     def from_env(cls, *, rank: int, world_size: int, enabled: bool | None,
@@ -167,6 +169,7 @@ class ReplicaShares:
     def new_generation(self) -> None:
         """The next snapshot checks again that the replicas are identical."""
         self._checked = False
+        self._last = None
 
     @property
     def predecessor(self) -> int:
@@ -174,17 +177,38 @@ class ReplicaShares:
         return self._group[self._group.index(self._rank) - 1]
 
     def holders(self, tree: dict[str, Any], tensors: list[torch.Tensor], sources: list[int],
-                *, owned: Collection[int] = ()) -> list[int | None] | None:
-        """A :data:`snapshot.HolderRule` (given ``owned``): for each of ``tree``'s tensors (as
-        the snapshot's pickler found them, each once, in the tree's order), the rank that
-        writes it instead of this one; None when this snapshot is to be whole. The replicated
-        tensors are those outside the per-rank parts; of them, those whose ``data_ptr()`` is in
-        ``owned`` (the optimizers') are kept by their holder only, the others by their holder
-        and its ring successor."""
+                *, optimizers: Sequence[torch.optim.Optimizer] = ()) -> list[int | None] | None:
+        """A :data:`snapshot.HolderRule` (given ``optimizers``): for each of ``tree``'s
+        tensors (as the snapshot's pickler found them, each once, in the tree's order), the
+        rank that writes it instead of this one; None when this snapshot is to be whole. The
+        replicated tensors are those outside the per-rank parts; of them, those the optimizers
+        own (:func:`copy_behind.optimizer_tensors`) are kept by their holder only, the others
+        by their holder and its ring successor.
+
+        The answer depends only on which tensors are per-rank, on each replicated tensor's
+        place and size in memory and on the places of the optimizers' parameters; while those
+        are as they were at the last call, the last answer is given again without working it
+        out: a training loop snapshots the same tensors every step, and the working out is a
+        good part of what a small snapshot costs. The optimizers' state is among the tree's
+        tensors (it is saved with them), so a state tensor replaced shows as another place."""
         if not self.enabled:
             return None
         per_rank = _per_rank_sources(tree, self._per_rank)
-        replicated = [index for index, source in enumerate(sources) if source not in per_rank]
+        flags = tuple(source in per_rank for source in sources)
+        signature = (flags,
+                     tuple((tensor.data_ptr(), tensor.nbytes)
+                           for tensor, flag in zip(tensors, flags, strict=True) if not flag),
+                     tuple(parameter.data_ptr() for optimizer in optimizers
+                           for group in optimizer.param_groups for parameter in group["params"]))
+        if self._checked and self._last is not None and self._last[0] == signature:
+            return self._last[1]
+        held = self._work_out(tensors, flags, optimizers)
+        self._last = (signature, held) if self.enabled else None
+        return held
+
+    def _work_out(self, tensors: list[torch.Tensor], per_rank: tuple[bool, ...],
+                  optimizers: Sequence[torch.optim.Optimizer]) -> list[int | None] | None:
+        replicated = [index for index, flag in enumerate(per_rank) if not flag]
         if not self._checked:
             self._checked = True
             if not self._identical([tensors[index] for index in replicated]):
@@ -196,6 +220,7 @@ class ReplicaShares:
             # shares lacks some tensor on every rank, and every rank of the group assembles.
             return None
         keep = kept(self._rank, self._group)
+        owned = copy_behind.optimizer_tensors(optimizers) if optimizers else frozenset()
         held: list[int | None] = [None] * len(tensors)
         for index, holder in zip(replicated, assigned, strict=True):
             if holder != self._rank and (holder not in keep

@@ -147,8 +147,10 @@ class Layouts:
         skeleton, tensors = flatten(tree, sources=sources)
         held = (holders(tree, tensors, sources) if holders is not None else None
                 ) or [None] * len(tensors)
-        key = tuple(zip((t.dtype for t in tensors), (t.shape for t in tensors),
-                        (t.device for t in tensors), held, strict=True))
+        # A CPU tensor's device is keyed as True: building its device object costs more
+        # than the rest of its key.
+        key = tuple(zip([(t.dtype, t.shape, t.is_cpu or t.device) for t in tensors], held,
+                        strict=True))
         if key != self._key:
             self._entries, self._payload_len = _lay_out(tensors, held)
             self._table = snapshot_layout.encode_table(self._entries)
