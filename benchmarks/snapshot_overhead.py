@@ -12,7 +12,9 @@ from 16 MiB on, copied while the next step computes: train/copy_behind.py) and c
 slows down over time slows each alike.
 
 Measured: the median step time over every rank's steps after the first ``--warmup`` share, and
-each snapshot variant's overhead against the job without (target: at most 5%). Beside it, the
+each snapshot variant's overhead against the job without (target: at most 5%); and the median
+CPU time of a ``Session.checkpoint`` on the training thread (what the job times with
+``time.thread_time``; a copy behind, on its own thread, is not in it). Beside it, the
 floor: one replica's state copied once per step at this machine's memory bandwidth (measured
 here on one thread, into memory reserved beforehand, as the snapshot does; the fastest of 11),
 as a share of the step without snapshots; every rank of a data-parallel group copying its
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
 import sys
 import tempfile
@@ -50,7 +53,7 @@ from torch import nn
 from benchmarks import common, overhead
 
 __all__ = ["BASELINE", "CONTROL", "PAIRED_MIN_EVERY", "SIZES", "TARGET", "VARIANTS", "Size",
-           "copy_seconds", "main", "paired_cost", "state_bytes"]
+           "checkpoint_cpu", "copy_seconds", "main", "paired_cost", "state_bytes"]
 
 NAME = "snapshot-overhead"
 TARGET = 0.05  # a snapshot variant's median step may be at most this much slower
@@ -137,6 +140,19 @@ def paired_cost(per_rank: Sequence[Sequence[float]], *, every: int,
     return statistics.median(differences), statistics.median(clean), len(differences)
 
 
+def checkpoint_cpu(workdir: Path, *, ranks: int, warmup: float) -> list[float]:
+    """The CPU seconds of each ``Session.checkpoint`` on each rank's training thread, as the
+    job wrote them, after the first ``warmup`` share of each rank's (none: the job took no
+    snapshots)."""
+    seconds = []
+    for rank in range(ranks):
+        path = workdir / f"checkpoint-cpu-{rank}.json"
+        if path.exists():
+            values = json.loads(path.read_text())
+            seconds += values[int(len(values) * warmup):]
+    return seconds
+
+
 def _command(size: Size, every: int, workdir: Path, args: argparse.Namespace) -> list[str]:
     return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node",
             str(args.nproc_per_node), "--run-root", str(workdir / "runs"), "--rdzv-id", "bench",
@@ -150,6 +166,7 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
     times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
     by_round: dict[str, list[float]] = {name: [] for name in times}  # each run's median
     paired: list[tuple[float, float, int]] = []  # each round's paired_cost
+    cpu: dict[str, list[float]] = {name: [] for name in times}  # checkpoint_cpu, every run
     skip = max(1, int(args.steps * args.warmup))
     for number in range(args.rounds):
         for name in times:
@@ -160,6 +177,7 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
                 ranks=args.nproc_per_node, skip=skip, timeout=args.timeout, env=env)
             times[name] += measured
             by_round[name].append(statistics.median(measured))
+            cpu[name] += checkpoint_cpu(workdir, ranks=args.nproc_per_node, warmup=args.warmup)
             print(f"[snapshot-overhead] round {number + 1}: {size.name}, {name} done",
                   file=sys.stderr, flush=True)
         if args.paired_every:
@@ -168,6 +186,8 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
                 f"{size.name}, paired", _command(size, args.paired_every, workdir, args),
                 workdir=workdir, ranks=args.nproc_per_node, timeout=args.timeout),
                 every=args.paired_every, skip=skip))
+            cpu["paired"] = cpu.get("paired", []) + checkpoint_cpu(
+                workdir, ranks=args.nproc_per_node, warmup=args.warmup)
     medians = {name: statistics.median(values) for name, values in times.items()}
     baseline = medians[BASELINE]
     overheads = {name: median / baseline - 1 for name, median in medians.items()
@@ -184,6 +204,8 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
             name: [median / base - 1 for median, base in zip(values, by_round[BASELINE],
                                                               strict=True)]
             for name, values in by_round.items() if name != BASELINE},
+        "checkpoint_cpu_seconds": {name: statistics.median(values)
+                                   for name, values in cpu.items() if values},
         "floor_copy_seconds": floor, "floor_overhead": floor / baseline,
         "every_rank_copies_overhead": args.nproc_per_node * floor / baseline,
         **({"paired": _paired(paired, args.paired_every)} if paired else {}),

@@ -354,6 +354,11 @@ def _snapshot_overhead(lines: list[str]) -> None:
                 f"{paired['overhead']:+.1%} of a {paired['clean_step_seconds'] * 1000:.1f} ms "
                 f"step: {_verdict(paired['met'])} "
                 f"(by round {_percents(paired['overhead_by_round'])})")
+        if size.get("checkpoint_cpu_seconds"):
+            verdicts.append(
+                f"- {size['name']}, CPU of a snapshot on the training thread (median): "
+                + ", ".join(f"{name} {seconds * 1e6:.0f} us"
+                            for name, seconds in size["checkpoint_cpu_seconds"].items()))
     lines += ["", *verdicts, ""]
 
 

@@ -4,7 +4,9 @@ The same script for every launcher. ``--mode plain`` is an unmodified torchrun s
 ``session`` puts each step in ``Session.step`` (the step guard, heartbeats); ``run`` does the
 same under ``Session.run``. Snapshots only with ``--snapshot-every N`` (a session mode): then
 ``Session.checkpoint`` after every N-th step, inside the timed step. Each rank
-writes the seconds from each step's start to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json``.
+writes the seconds from each step's start to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json``
+and, with snapshots, the CPU seconds of each ``Session.checkpoint`` on the training thread to
+``checkpoint-cpu-<rank>.json``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def train() -> None:
     start = session.restore(state) if session is not None else 0
     ddp = DistributedDataParallel(model)
     starts = []
+    checkpoint_cpu = []
     for step in range(start, args.steps):
         starts.append(time.perf_counter())
         with session.step(step) if session is not None else contextlib.nullcontext():
@@ -63,11 +66,15 @@ def train() -> None:
             loss.backward()
             optimizer.step()
         if session is not None and args.snapshot_every and (step + 1) % args.snapshot_every == 0:
+            began = time.thread_time()
             session.checkpoint(state, step=step + 1)
+            checkpoint_cpu.append(time.thread_time() - began)
     starts.append(time.perf_counter())
     seconds = [after - before for before, after in itertools.pairwise(starts)]
-    output = Path(os.environ["BENCH_OUTPUT_DIR"]) / f"steps-{rank}.json"
-    output.write_text(json.dumps(seconds))
+    output = Path(os.environ["BENCH_OUTPUT_DIR"])
+    (output / f"steps-{rank}.json").write_text(json.dumps(seconds))
+    if checkpoint_cpu:
+        (output / f"checkpoint-cpu-{rank}.json").write_text(json.dumps(checkpoint_cpu))
 
 
 if session is not None and args.mode == "run":

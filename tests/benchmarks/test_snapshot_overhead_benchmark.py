@@ -45,6 +45,10 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert paired["overhead"] == pytest.approx(
         paired["snapshot_seconds"] / paired["clean_step_seconds"])
     assert paired["met"] == (paired["overhead"] <= snapshot_overhead.TARGET)
+    # each variant with snapshots, and the paired job, timed their snapshots' CPU
+    cpu = size["checkpoint_cpu_seconds"]
+    assert set(cpu) == {*asked, "paired"}
+    assert all(0 < seconds < 1 for seconds in cpu.values())
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     lines: list[str] = []
@@ -59,6 +63,17 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert (f"- demo, paired within each run (a snapshot every 4th step, shares; its two steps "
             f"against the next two, 4 snapshots): {paired['snapshot_seconds'] * 1000:.2f} ms "
             "per snapshot") in text
+    assert (f"- demo, CPU of a snapshot on the training thread (median): whole, every step "
+            f"{cpu['whole, every step'] * 1e6:.0f} us, ") in text
+
+
+def test_the_cpu_of_the_snapshots_is_read_from_every_rank_after_the_warmup(
+        tmp_path: Path) -> None:
+    (tmp_path / "checkpoint-cpu-0.json").write_text(json.dumps([9.0, 1.0, 2.0, 3.0]))
+    (tmp_path / "checkpoint-cpu-1.json").write_text(json.dumps([9.0, 9.0, 4.0, 5.0]))
+    assert snapshot_overhead.checkpoint_cpu(tmp_path, ranks=2, warmup=0.5) == [2.0, 3.0, 4.0,
+                                                                                5.0]
+    assert snapshot_overhead.checkpoint_cpu(tmp_path / "none", ranks=2, warmup=0.5) == []
 
 
 def test_the_paired_cost_is_each_snapshots_two_steps_against_the_next_two() -> None:
