@@ -42,11 +42,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, snapshot_overhead
 from trainguard import testing
 
 _TORCH_LOG = re.compile(r"^[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*(failed|exitcode|Sending process)")
 RANKS = 4  # the job's ranks, under every tool
+DEFAULT_WIDTH = 768  # the model's width: about 0.1 s a step, 21 MB of state per rank
 
 
 def command(tool: str, workdir: Path, *, job_flags: Sequence[str], max_restarts: int,
@@ -126,7 +127,8 @@ def _detected_torchrun(log: Path, after_wall: float) -> float | None:
     return None
 
 
-def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) -> dict[str, Any]:
+def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path,
+          width: int = DEFAULT_WIDTH) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"{tool}-", dir=root))
     victim, at_step = rng.randrange(RANKS), rng.randrange(40, 120)
     moment, delay = "crash", 0.0
@@ -135,7 +137,8 @@ def trial(tool: str, fault: str, *, steps: int, rng: random.Random, root: Path) 
         delay = rng.uniform(0.0, 0.1)  # a random point of the step (or the snapshot after it)
     in_snapshot = moment == "snapshot"
     stop = ["--stop-in-snapshot", f"{victim}:{at_step}"] if in_snapshot else []
-    launch, env = command(tool, workdir, job_flags=["--steps", str(steps), *stop],
+    launch, env = command(tool, workdir, job_flags=["--steps", str(steps), "--width",
+                                                    str(width), *stop],
                           max_restarts=3, trainguard_flags=["--persist-interval", "1000"])
     timeline = common.TimelineReader(workdir)
     with common.ProcessGroup(launch, log=workdir / "launcher.log", env=env) as group:
@@ -191,6 +194,10 @@ def main() -> None:
                                            "torchrun")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--width", type=int, default=DEFAULT_WIDTH,
+                        help="the width of the model's 3 Linear layers (1448: about 75 MB of "
+                             "state per rank); a result at another width than the default is "
+                             "written as recovery-<fault>-width-<width>")
     common.add_output_argument(parser)
     args = parser.parse_args()
     common.exit_cleanly_on_sigterm()
@@ -198,14 +205,17 @@ def main() -> None:
     results = common.run_trials(
         tools, trials=args.trials, seed=args.seed,
         trial=lambda tool, rng, root: trial(tool, args.fault, steps=args.steps, rng=rng,
-                                            root=root))
+                                            root=root, width=args.width))
     summary = common.medians_by_tool(results, tools, (
         "detect_seconds", "recover_seconds", "steps_lost", "step_seconds", "init_group_seconds"))
     common.add_worst(summary, results, ("detect_seconds",))  # a hang target: every trial
+    name = f"recovery-{args.fault}" + (
+        f"-width-{args.width}" if args.width != DEFAULT_WIDTH else "")
     common.write_trials(
-        f"recovery-{args.fault}", results, summary,
-        "4-rank DDP MLP (3 x 768x768 Linear, Adam, batch 128) on CPU with gloo, "
-        "about 0.1 s per step; trainguard snapshots to memory every step, torchrun "
+        name, results, summary,
+        f"4-rank DDP MLP (3 x {args.width}x{args.width} Linear, Adam, batch 128; "
+        f"{snapshot_overhead.state_bytes(args.width) / 1e6:.1f} MB of state per rank) on CPU "
+        "with gloo; trainguard snapshots to memory every step, torchrun "
         "saves with torch.save every 25 steps; trainguard = job-level restart "
         "(exit), trainguard-in-place = recover-in-place, trainguard-retry = step "
         "retry after a simulated device memory error", args.output)

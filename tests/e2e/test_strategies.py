@@ -77,12 +77,16 @@ def test_recover_in_place_replaces_only_the_dead_rank(run_job: Start, tmp_path: 
     assert (tmp_path / "sha").read_text() == reference
 
 
-def test_recover_moves_the_rank_to_a_spare_with_state_from_a_peer(
+def test_recover_moves_the_rank_to_a_spare_with_state_from_a_replica(
         run_job: Start, tmp_path: Path, reference: str) -> None:
     job = run(run_job, tmp_path, "--spare-devices", "1", "--inject", "device-error:3:15")
     assert decisions(job) == ["recover"]
     completed = recovery(job)
     assert completed["restore_source"] == "memory and peers"
+    # The moved rank reads a replica's snapshot from this host's memory itself, rather than
+    # have the replica send it over the new process group; the others read their own.
+    assert "rank 3 restored step 15 from replica" in job.output()
+    assert all(f"rank {rank} restored step 15 from memory" in job.output() for rank in (0, 1, 2))
     assert (completed["restore_step"], completed["steps_lost"]) == (15, 0)
     processes = pids(job)
     assert len(processes[3]) == 2

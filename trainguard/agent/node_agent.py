@@ -302,9 +302,12 @@ class NodeAgent:
                 f"{self.spares_left} spare devices left for {len(replace)} ranks")
         await self.leave(replace=replace)
         planning = self._clock.monotonic()
-        restore = await self._checkpoints.plan_restore(
+        # A replica on this host stands in for a rank without its own snapshot of the step:
+        # the rank reads it from memory itself, in tens of milliseconds, where sending it over
+        # the new process group takes about 0.5 s at 75 MB (gloo on loopback).
+        restore = (await self._checkpoints.plan_restore(
             lost=replace if to_spares else (), layout=self.layout, step=restore_step,
-            peers=peers)
+            peers=peers)).read_locally(self.settings.ranks)
         if restore.source is messages.RestoreSource.NONE and survivors and (
                 old.completed_step is not None):
             raise process.RecoveryError(

@@ -52,6 +52,8 @@ def train() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(args.stall_replacement)
     start = session.restore(state)
+    assert session.restored is not None
+    print(f"rank {rank} restored step {start} from {session.restored.source}", flush=True)
     ddp = DistributedDataParallel(model)
     (ddp(torch.zeros(1, 32)).sum() * 0).backward()  # settle DDP's buckets (see the demo)
     optimizer.zero_grad()
