@@ -30,6 +30,18 @@ def _verdict(ok: bool | None) -> str:
     return {True: "met", False: "**not met**", None: "not measured"}[ok]
 
 
+WIDE = 1448
+"""The width of the recovery benchmark's model with about 75 MB of state per rank."""
+_RECOVERY_HEAD = ("| launcher | fault -> detected | fault -> every rank stepping again | "
+                  "steps lost |", "|---|---|---|---|")
+
+
+def _recovery_rows(medians: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"| {tool} | {_seconds(values['detect_seconds'])} | "
+            f"{_seconds(values['recover_seconds'])} | {values['steps_lost']} |"
+            for tool, values in medians.items()]
+
+
 def _recovery(lines: list[str]) -> None:
     crash = _load("recovery-crash")
     if crash is not None:
@@ -39,8 +51,7 @@ def _recovery(lines: list[str]) -> None:
             f"## Recovery from a killed rank (kill -9), {crash['when']}",
             "", crash["setup"] + ".", "",
             f"`{_command(crash)}` ({len(crash['trials'])} trials in all; medians)", "",
-            "| launcher | fault -> detected | fault -> every rank stepping again | steps lost |",
-            "|---|---|---|---|",
+            *_RECOVERY_HEAD,
         ]
         peers = dict(medians)
         dlrover = _load("recovery-dlrover")
@@ -49,9 +60,7 @@ def _recovery(lines: list[str]) -> None:
             lines.insert(len(lines) - 2, f"DLRover: `{_command(dlrover)}`, {dlrover['when']}, "
                          "the same trial positions (seed 1).")
             lines.insert(len(lines) - 2, "")
-        for tool, values in peers.items():
-            lines.append(f"| {tool} | {_seconds(values['detect_seconds'])} | "
-                         f"{_seconds(values['recover_seconds'])} | {values['steps_lost']} |")
+        lines += _recovery_rows(peers)
         _strategies(lines, medians, peers)
         ratio = None
         if ours.get("recover_seconds") and theirs.get("recover_seconds"):
@@ -63,6 +72,18 @@ def _recovery(lines: list[str]) -> None:
             + (f" ({ratio:.3f} of it)" if ratio is not None else ""),
             f"- 0 completed steps lost: {_verdict(ours.get('steps_lost') == 0 if ours else None)}",
             "",
+        ]
+    wide = _load(f"recovery-crash-width-{WIDE}")
+    if wide is not None:
+        slowest = max((values["recover_seconds"] or 0.0, values["steps_lost"] or 0)
+                      for values in wide["medians"].values())
+        lines += [
+            f"## Recovery from a killed rank (kill -9), 75 MB of state per rank, {wide['when']}",
+            "", wide["setup"] + ".", "",
+            f"`{_command(wide)}` ({len(wide['trials'])} trials in all; medians)", "",
+            *_RECOVERY_HEAD, *_recovery_rows(wide["medians"]), "",
+            "- every rank stepping again within 0.5 s with 0 steps lost, every tool (the 75 MB "
+            f"job's recovery target): {_verdict(slowest[0] <= 0.5 and slowest[1] == 0)}", "",
         ]
     hang = _load("recovery-hang")
     if hang is not None:
