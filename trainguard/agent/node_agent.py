@@ -210,12 +210,7 @@ class NodeAgent:
                 f"{self.spares_left} spare devices left for {len(move)} ranks to move")
         for rank in sorted(move):
             self._launcher.move_to_spare(rank)
-        planning = self._clock.monotonic()
-        # Every process is new and on this host: a rank whose snapshot of the newest step is
-        # missing reads a replica's from memory, before any process group exists.
-        restore = (await self._checkpoints.plan_restore(
-            layout=self.layout, step=restore_step, peers=peers)).read_locally(self.settings.ranks)
-        plan_seconds = self._clock.monotonic() - planning
+        restore, plan_seconds = await self._plan_restore(lost=(), step=restore_step, peers=peers)
         if self._generation is not None and restore.source is messages.RestoreSource.MEMORY:
             redone = checkpoint_memory.redone_steps(
                 {w.rank: w.committed_step for w in self._generation.workers.values()}, restore.step)
@@ -234,6 +229,20 @@ class NodeAgent:
             generation.workers[rank] = self._launcher.prepare(generation, rank)
         await self._spawn(generation, settings.ranks)
         return generation
+
+    async def _plan_restore(self, *, lost: Collection[int], step: int | None,
+                            peers: Mapping[int, int] | None
+                            ) -> tuple[checkpoint_memory.RestoreChoice, float]:
+        """The restore plan of the next generation, and the seconds it took. A replica on this
+        host stands in for a rank of this host without its own snapshot of the step: the rank
+        reads it from memory itself (a new process may, before any process group exists), in
+        tens of milliseconds, where sending it over the new process group takes about 0.5 s
+        at 75 MB (gloo on loopback). A replica on another host sends it."""
+        planning = self._clock.monotonic()
+        restore = (await self._checkpoints.plan_restore(
+            lost=lost, layout=self.layout, step=step, peers=peers)
+        ).read_locally(self.settings.ranks)
+        return restore, self._clock.monotonic() - planning
 
     async def _enter(self, generation: workers.Generation, *, host: bool) -> None:
         """Make ``generation`` the current one, watched from now on; ``host``: this agent
@@ -301,20 +310,14 @@ class NodeAgent:
             raise process.RecoveryError(
                 f"{self.spares_left} spare devices left for {len(replace)} ranks")
         await self.leave(replace=replace)
-        planning = self._clock.monotonic()
-        # A replica on this host stands in for a rank without its own snapshot of the step:
-        # the rank reads it from memory itself, in tens of milliseconds, where sending it over
-        # the new process group takes about 0.5 s at 75 MB (gloo on loopback).
-        restore = (await self._checkpoints.plan_restore(
-            lost=replace if to_spares else (), layout=self.layout, step=restore_step,
-            peers=peers)).read_locally(self.settings.ranks)
+        restore, plan_seconds = await self._plan_restore(
+            lost=replace if to_spares else (), step=restore_step, peers=peers)
         if restore.source is messages.RestoreSource.NONE and survivors and (
                 old.completed_step is not None):
             raise process.RecoveryError(
                 f"no saved state to resume from ({restore.note or 'none in memory or on disk'}),"
                 f" and the kept processes are past step {old.completed_step}: every rank must "
                 "start afresh")
-        plan_seconds = self._clock.monotonic() - planning
         address, port = rendezvous or (self.settings.master_addr,
                                        free_port(self.settings.master_addr))
         generation = workers.Generation(
