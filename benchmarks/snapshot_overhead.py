@@ -166,7 +166,7 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
     times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
     by_round: dict[str, list[float]] = {name: [] for name in times}  # each run's median
     paired: list[tuple[float, float, int]] = []  # each round's paired_cost
-    cpu: dict[str, list[float]] = {name: [] for name in times}  # checkpoint_cpu, every run
+    cpu: dict[str, list[float]] = {name: [] for name in [*times, "paired"]}  # checkpoint_cpu
     skip = max(1, int(args.steps * args.warmup))
     for number in range(args.rounds):
         for name in times:
@@ -186,8 +186,8 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
                 f"{size.name}, paired", _command(size, args.paired_every, workdir, args),
                 workdir=workdir, ranks=args.nproc_per_node, timeout=args.timeout),
                 every=args.paired_every, skip=skip))
-            cpu["paired"] = cpu.get("paired", []) + checkpoint_cpu(
-                workdir, ranks=args.nproc_per_node, warmup=args.warmup)
+            cpu["paired"] += checkpoint_cpu(workdir, ranks=args.nproc_per_node,
+                                            warmup=args.warmup)
     medians = {name: statistics.median(values) for name, values in times.items()}
     baseline = medians[BASELINE]
     overheads = {name: median / baseline - 1 for name, median in medians.items()
