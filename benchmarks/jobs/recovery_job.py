@@ -44,6 +44,12 @@ parser.add_argument("--stop-in-snapshot", metavar="RANK:STEP",
                          "in the first attempt, after a 'stopping' mark")
 args = parser.parse_args()
 
+session = None
+if "TRAINGUARD_AGENT_SOCKET" in os.environ:
+    import trainguard.train
+
+    # First: a process of a recovery then reads its state while it builds its model.
+    session = trainguard.train.Session()
 torch.manual_seed(0)
 width = args.width
 model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
@@ -74,11 +80,6 @@ stopper = None
 if args.stop_in_snapshot:
     stopper = StopInSnapshot(*(int(part) for part in args.stop_in_snapshot.split(":")))
     state["stopper"] = stopper
-session = None
-if "TRAINGUARD_AGENT_SOCKET" in os.environ:
-    import trainguard.train
-
-    session = trainguard.train.Session()
 
 
 def train() -> None:

@@ -1,8 +1,9 @@
-"""An agent for sessions under test: grants slots as files, plans fresh starts, sends orders,
-and collects what arrives."""
+"""An agent for sessions under test: grants slots as files, plans restores (fresh starts unless
+told otherwise), sends orders, and collects what arrives."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import uuid
@@ -16,7 +17,7 @@ __all__ = ["FakeAgent"]
 
 
 class FakeAgent:
-    """Grants slots as files, plans fresh starts, sends orders, and collects what arrives."""
+    """Grants slots as files, plans restores, sends orders, and collects what arrives."""
 
     def __init__(self, directory: Path) -> None:
         self.address = f"@trainguard-test-{uuid.uuid4().hex}"
@@ -25,6 +26,8 @@ class FakeAgent:
         self._listener.bind("\0" + self.address[1:])
         self._listener.listen(1)
         self.received: list[messages.Message] = []
+        # The plan each RestorePlanRequest gets, under its request id: a fresh start.
+        self.plan = messages.RestorePlan(0, messages.RestoreSource.NONE, 0, "", 0, ["", ""], "")
         self.arrived = threading.Condition()
         self.connection: socket.socket | None = None
         self._connected = threading.Event()
@@ -47,9 +50,7 @@ class FakeAgent:
                 self._send(messages.SlotGranted(message.request_id, message.slot, str(path),
                                                 message.nbytes))
             elif isinstance(message, messages.RestorePlanRequest):
-                self._send(messages.RestorePlan(message.request_id,
-                                                messages.RestoreSource.NONE, 0, "", 0, ["", ""],
-                                                ""))
+                self._send(dataclasses.replace(self.plan, request_id=message.request_id))
 
     def order(self, message: messages.Message) -> None:
         assert self._connected.wait(10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -119,6 +120,15 @@ def test_a_rank_without_a_snapshot_is_assembled_from_its_successor_and_the_holde
     snapshot.read_snapshot(paths[2], absent=absent)
     with pytest.raises(snapshot.SnapshotError, match="no snapshot of rank 3 is at hand"):
         replica_shares.fill_from_files(absent, {0: paths[0]})
+
+    # A holder whose tensor is not the shape its replica expects is named, not copied.
+    absent = []
+    snapshot.read_snapshot(paths[2], absent=absent)
+    wrong = [dataclasses.replace(absent[0], tensor=torch.empty(5, 20))]
+    with pytest.raises(snapshot.SnapshotError,
+                       match=r"rank-0: tensor 0 is torch.float32 \(10, 10\), not the torch.float32 "
+                             r"\(5, 20\) its replica expects"):
+        replica_shares.fill_from_files(wrong, paths)
 
 
 def test_a_tree_with_fewer_tensors_than_replicas_is_snapshotted_whole() -> None:

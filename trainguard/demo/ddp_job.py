@@ -44,13 +44,14 @@ def parameters_digest(model: nn.Module) -> str:
 
 def main() -> None:
     args = _arguments()
+    # First: a process started in a recovery reads its state meanwhile (docs/session.md).
+    session = trainguard.train.Session()
     torch.manual_seed(args.seed)
     width = args.width
     model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
                           nn.Linear(width, width))
     target = torch.randn(width, width, generator=torch.Generator().manual_seed(args.seed + 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    session = trainguard.train.Session()
     state = {"model": model, "optimizer": optimizer}
 
     def train() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,8 @@ from trainguard.train import (
 )
 
 __all__ = ["COPY_BEHIND_BYTES", "DECLARED_SNAPSHOT_SECONDS", "AgentMemoryBackend"]
+
+logger = logging.getLogger(__name__)
 
 COPY_BEHIND_BYTES = 16 * 2**20
 """Optimizer tensors are copied behind only when they hold at least this much: handing the
@@ -71,6 +74,16 @@ class _Saved:
     optimizer_steps: int  # _OptimizerSteps.count when it was taken
 
 
+@dataclasses.dataclass
+class _ReadAhead:
+    """A restore read on its own thread (:meth:`AgentMemoryBackend.read_ahead`)."""
+
+    thread: threading.Thread = dataclasses.field(init=False)
+    plan: messages.RestorePlan | None = None
+    loaded: state_backend.Loaded | None = None  # None: the plan is left to load()
+    error: Exception | None = None
+
+
 class AgentMemoryBackend:
     def __init__(self, link: agent_link.AgentLink, *, rank: int, world_size: int,
                  request_timeout: float, shares: replica_shares.ReplicaShares,
@@ -102,6 +115,7 @@ class AgentMemoryBackend:
         self._room: tuple[list[Any], int] | None = None  # (entries, bytes a completion adds)
         self._completed: _Saved | None = None  # the snapshot completed last
         self._closed = False
+        self._ahead: _ReadAhead | None = None
         # (before, current) rules of messages.SnapshotInterval, each (every, from_step): one
         # tuple, replaced whole, since the reader thread sets it while training reads it.
         self._intervals = ((1, 0), (1, 0))
@@ -129,6 +143,10 @@ class AgentMemoryBackend:
             StateError: the agent could not reserve memory for the snapshot, or the copy of
                 the snapshot before it failed.
         """
+        # Before the lock, which its plan takes. What it read is dropped: a script that saves
+        # before restoring (or never restores) would keep a whole state in memory for nothing.
+        self._finish_reading_ahead()
+        self._ahead = None
         with self._saved_again:
             seconds = self._save(tree, step=step, generation=generation, started=started,
                                  optimizers=optimizers, whole=whole)
@@ -305,12 +323,85 @@ class AgentMemoryBackend:
         self._mapped[slot] = mapped = snapshot.MappedSlot(reply.path, register_with_cuda=True)
         return mapped
 
+    def read_ahead(self) -> None:
+        """Start reading the state the next :meth:`load` returns, on a thread of its own.
+
+        A process that restores builds its model and forms its process group first (a new
+        process of a recovery: a tenth of a second or more on a busy host, while the ranks that
+        wait for it sit idle), and the state it then reads is already planned by the agent. So
+        the reading can go on meanwhile: :meth:`load` waits for it, and takes it. A state that
+        comes over the process group (a peer's on another host) or goes onto a device is left
+        to :meth:`load`. For a state read from a replica's snapshot, the slot of the whole
+        snapshot that the session takes next (:meth:`Session.restore`) is reserved here too.
+        Called again (the next generation), it replaces what was read for the last one.
+        """
+        self._finish_reading_ahead()
+        ahead = _ReadAhead()
+        ahead.thread = threading.Thread(target=self._read_ahead_into, args=(ahead,),
+                                        name="trainguard-read-ahead", daemon=True)
+        self._ahead = ahead
+        ahead.thread.start()
+
+    def _read_ahead_into(self, ahead: _ReadAhead) -> None:
+        try:
+            ahead.plan = self._plan()
+            if self._readable_ahead(ahead.plan):
+                ahead.loaded = self._read(ahead.plan)
+                if ahead.plan.source is messages.RestoreSource.REPLICA:
+                    self._reserve_whole(ahead.loaded.tree)
+        except Exception as error:  # raised by load(), on the training thread
+            ahead.error = error
+
+    @staticmethod
+    def _readable_ahead(plan: messages.RestorePlan) -> bool:
+        """Whether the state ``plan`` names can be read off the training thread: not over the
+        process group (which may not exist yet), and not onto a device (a thread must not be
+        the first to use CUDA: the script may still be choosing its device); a snapshot that
+        cannot be read is left for :meth:`load` to meet."""
+        if process_group.exchanges(plan):
+            return False
+        try:
+            return plan.source is messages.RestoreSource.NONE or snapshot.on_host(plan.path)
+        except snapshot.SnapshotError:
+            return False
+
+    def _reserve_whole(self, tree: Any) -> None:
+        """Reserve the next slot for ``tree`` snapshotted whole; a failure is left for the
+        snapshot itself to meet and say (it asks again)."""
+        try:
+            self._slot(self._next_slot, snapshot.prepare(tree).nbytes)
+        except (state_backend.StateError, snapshot.SnapshotError) as error:
+            logger.debug("rank %d: no slot reserved ahead: %s", self._rank, error)
+
+    def _finish_reading_ahead(self) -> _ReadAhead | None:
+        """The read-ahead in progress, waited for: nothing else may change the slots (its
+        plan maps them) while it runs."""
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.thread.join()
+        return ahead
+
     def load(self) -> state_backend.Loaded:
         """The agent picks memory when its snapshot is intact, else the newest complete
-        checkpoint on disk that verifies.
+        checkpoint on disk that verifies; what :meth:`read_ahead` read, when it did.
 
         Raises:
             StateError: no plan, or the planned state cannot be read or received.
+        """
+        ahead = self._finish_reading_ahead()
+        self._ahead = None
+        if ahead is None:
+            return self._read(self._plan())
+        if ahead.error is not None:
+            raise ahead.error
+        assert ahead.plan is not None
+        return ahead.loaded or self._read(ahead.plan)
+
+    def _plan(self) -> messages.RestorePlan:
+        """The agent's plan for this rank, with the slots it names mapped.
+
+        Raises:
+            StateError: the agent gave no plan.
         """
         self.flush()
         self._shares.new_generation()
@@ -327,6 +418,15 @@ class AgentMemoryBackend:
                 del self._mapped[slot]
         self._slot_paths = list(plan.slot_paths)
         self._next_slot = plan.next_slot
+        return plan
+
+    @staticmethod
+    def _read(plan: messages.RestorePlan) -> state_backend.Loaded:
+        """The state ``plan`` names, read (or received over the process group).
+
+        Raises:
+            StateError: it cannot be read or received.
+        """
         if plan.source is messages.RestoreSource.NONE:
             return state_backend.Loaded(str(plan.source), 0, None, plan.note)
         absent: list[snapshot.Absent] = []
@@ -341,6 +441,7 @@ class AgentMemoryBackend:
         return state_backend.Loaded(str(source), header.step, tree, plan.note)
 
     def close(self) -> None:
+        self._finish_reading_ahead()
         # No copy may still write into the slots unmapped below, nor a completion on the reader
         # thread; a failed copy is the session's to report (it flushes first), so it is not
         # raised here a second time.

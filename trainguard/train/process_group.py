@@ -32,7 +32,7 @@ from torch.distributed import distributed_c10d
 from trainguard.ipc import messages, snapshot_layout
 from trainguard.train import snapshot
 
-__all__ = ["ExchangeError", "abort_nccl", "drop", "exchange_state",
+__all__ = ["ExchangeError", "abort_nccl", "drop", "exchange_state", "exchanges",
            "keep_process_on_nccl_errors"]
 
 _ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -107,6 +107,11 @@ def _cpu_group(peer: int) -> dist.ProcessGroup | None:
     return group
 
 
+def exchanges(plan: messages.RestorePlan) -> bool:
+    """Whether ``plan`` sends or receives a snapshot over the process group."""
+    return plan.source is messages.RestoreSource.PEER or bool(plan.send_to)
+
+
 def exchange_state(plan: messages.RestorePlan, *, absent: list[snapshot.Absent] | None = None
                    ) -> tuple[snapshot_layout.SnapshotHeader, Any] | None:
     """This rank's snapshot (header, tree) when it goes over the network: sent to the ranks
@@ -117,7 +122,7 @@ def exchange_state(plan: messages.RestorePlan, *, absent: list[snapshot.Absent] 
         ExchangeError: the process group does not exist yet.
         snapshot.SnapshotError: what was sent or read is not a complete snapshot.
     """
-    if plan.source is not messages.RestoreSource.PEER and not plan.send_to:
+    if not exchanges(plan):
         return None
     if not (dist.is_available() and dist.is_initialized()):
         raise ExchangeError("the state comes from a data-parallel peer this time, which needs "

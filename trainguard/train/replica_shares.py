@@ -112,14 +112,7 @@ def fill_from_files(absent: list[snapshot.Absent], snapshots: Mapping[int, str])
         if not path:
             raise snapshot.SnapshotError(f"no snapshot of rank {holder} is at hand, and it "
                                          "holds part of the replicated state")
-        found = snapshot.read_tensors(path, [item.index for item in items])
-        for item in items:
-            held = found[item.index]
-            if held.dtype != item.tensor.dtype or held.shape != item.tensor.shape:
-                raise snapshot.SnapshotError(
-                    f"{path}: tensor {item.index} is {held.dtype} {tuple(held.shape)}, not the "
-                    f"{item.tensor.dtype} {tuple(item.tensor.shape)} its replica expects")
-            item.tensor.copy_(held)
+        snapshot.copy_tensors(path, {item.index: item.tensor for item in items})
 
 
 class ReplicaShares:

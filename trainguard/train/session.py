@@ -225,6 +225,7 @@ class Session:
             behind=_copy_behind(copy_behind))
         # After the backend: the agent answers the hello with orders (the snapshot interval).
         self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
+        self._state.read_ahead()  # while the script builds its model and its process group
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -347,6 +348,8 @@ class Session:
                 self._leave(None, error)
                 communicator.abandon(error)
             self._join_next()
+            if isinstance(self._state, agent_memory.AgentMemoryBackend):
+                self._state.read_ahead()  # while train() forms the next process group
 
     def _leave(self, step: int | None, error: BaseException | None) -> None:
         """Cut the communicator, drop the process group, tell the agent (once per generation)."""

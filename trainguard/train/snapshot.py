@@ -32,11 +32,12 @@ __all__ = [
     "MappedSlot",
     "Prepared",
     "SnapshotError",
+    "copy_tensors",
     "decode",
     "flatten",
+    "on_host",
     "prepare",
     "read_snapshot",
-    "read_tensors",
     "relaid",
     "snapshot_bytes",
 ]
@@ -328,32 +329,47 @@ def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = t
         memory.close()
 
 
-def read_tensors(path: str, indexes: Collection[int]) -> dict[int, torch.Tensor]:
-    """Tensors ``indexes`` of the committed snapshot in ``path`` (new tensors), by index: the
-    shares another rank's snapshot leaves to this one.
+def on_host(path: str) -> bool:
+    """Whether every tensor of the committed snapshot in ``path`` was saved from host memory
+    (a restore of it creates no device tensors).
 
     Raises:
-        SnapshotError: the file is not a complete snapshot or does not hold them.
+        SnapshotError: the file is not a complete snapshot.
     """
     memory = _map_private(path)
     try:
-        header = _header(memory, name=path)
-        try:
-            entries = snapshot_layout.decode_table(
-                bytes(memory[header.table_offset : header.table_offset + header.table_len]))
-        except snapshot_layout.LayoutError as error:
-            raise SnapshotError(f"{path}: {error}") from error
+        return all(entry.device == "cpu" for entry in _table(memory, name=path)[1])
+    finally:
+        memory.close()
+
+
+def copy_tensors(path: str, targets: Mapping[int, torch.Tensor]) -> None:
+    """Copy tensors of the committed snapshot in ``path`` into ``targets`` (index -> tensor of
+    the same type and shape): the shares another rank's snapshot leaves to this one. Straight
+    from the mapping into the target, one copy.
+
+    Raises:
+        SnapshotError: the file is not a complete snapshot, does not hold them, or holds one of
+            another type or shape.
+    """
+    memory = _map_private(path)
+    try:
+        header, entries = _table(memory, name=path)
         raw = torch.frombuffer(memory, dtype=torch.uint8)
-        found = {}
-        for index in indexes:
-            entry = entries[index] if index < len(entries) else None
-            if entry is None or entry.holder is not None:
-                raise SnapshotError(f"{path} does not hold tensor {index} of the state")
-            start = header.payload_offset + entry.offset
-            view = raw[start : start + entry.nbytes].view(getattr(torch, entry.dtype))
-            found[index] = view.view(entry.shape).clone()
-        del raw
-        return found
+        try:
+            for index, target in targets.items():
+                entry = entries[index] if index < len(entries) else None
+                if entry is None or entry.holder is not None:
+                    raise SnapshotError(f"{path} does not hold tensor {index} of the state")
+                dtype, shape = getattr(torch, entry.dtype), torch.Size(entry.shape)
+                if dtype != target.dtype or shape != target.shape:
+                    raise SnapshotError(
+                        f"{path}: tensor {index} is {dtype} {tuple(shape)}, not the "
+                        f"{target.dtype} {tuple(target.shape)} its replica expects")
+                start = header.payload_offset + entry.offset
+                target.copy_(raw[start : start + entry.nbytes].view(dtype).view(shape))
+        finally:
+            del raw
     finally:
         memory.close()
 
@@ -391,6 +407,21 @@ def _map_private(path: str) -> mmap.mmap:
         os.close(descriptor)
 
 
+def _table(memory: Any, *, name: str
+           ) -> tuple[snapshot_layout.SnapshotHeader, list[snapshot_layout.TensorEntry]]:
+    """The header and tensor table of the committed snapshot in ``memory``.
+
+    Raises:
+        SnapshotError: it is not a complete snapshot.
+    """
+    header = _header(memory, name=name)
+    try:
+        return header, snapshot_layout.decode_table(
+            bytes(memory[header.table_offset : header.table_offset + header.table_len]))
+    except snapshot_layout.LayoutError as error:
+        raise SnapshotError(f"{name}: {error}") from error
+
+
 def _header(memory: Any, *, name: str) -> snapshot_layout.SnapshotHeader:
     try:
         header = snapshot_layout.SnapshotHeader.unpack(memory, size=len(memory))
@@ -413,42 +444,37 @@ def decode(memory: Any, *, name: str,
         SnapshotError: the buffer is not a complete snapshot, or holds only a share of the
             state and ``absent`` is None.
     """
-    header = _header(memory, name=name)
-    try:
-        entries = snapshot_layout.decode_table(
-            bytes(memory[header.table_offset : header.table_offset + header.table_len]))
-        skeleton = bytes(
-            memory[header.skeleton_offset : header.skeleton_offset + header.skeleton_len])
-        raw = torch.frombuffer(memory, dtype=torch.uint8)
-        tensors: list[torch.Tensor] = []
-        for entry in entries:
-            dtype = getattr(torch, entry.dtype)
-            device = _restore_device(entry.device, name=name)
-            start = header.payload_offset + entry.offset
-            if entry.holder is not None:
-                if absent is None:
-                    raise SnapshotError(
-                        f"{name} holds only a share of the replicated state (tensor "
-                        f"{len(tensors)} is in rank {entry.holder}'s snapshot); load it with "
-                        "the shares of its replica group")
-                # Filled from its holder over the CPU transfer path.
-                tensors.append(torch.empty(entry.shape, dtype=dtype))
-                absent.append(Absent(len(tensors) - 1, tensors[-1], entry.holder))
-            elif not entry.nbytes:
-                tensors.append(torch.empty(entry.shape, dtype=dtype, device=device))
-            else:
-                view = raw[start : start + entry.nbytes].view(dtype).view(entry.shape)
-                # A copy onto the device is already a copy out of the buffer.
-                tensors.append(copy(view) if device.type == "cpu" else view.to(device))
-        del raw
+    header, entries = _table(memory, name=name)
+    skeleton = bytes(
+        memory[header.skeleton_offset : header.skeleton_offset + header.skeleton_len])
+    raw = torch.frombuffer(memory, dtype=torch.uint8)
+    tensors: list[torch.Tensor] = []
+    for entry in entries:
+        dtype = getattr(torch, entry.dtype)
+        device = _restore_device(entry.device, name=name)
+        start = header.payload_offset + entry.offset
+        if entry.holder is not None:
+            if absent is None:
+                raise SnapshotError(
+                    f"{name} holds only a share of the replicated state (tensor "
+                    f"{len(tensors)} is in rank {entry.holder}'s snapshot); load it with "
+                    "the shares of its replica group")
+            # Filled from its holder over the CPU transfer path.
+            tensors.append(torch.empty(entry.shape, dtype=dtype))
+            absent.append(Absent(len(tensors) - 1, tensors[-1], entry.holder))
+        elif not entry.nbytes:
+            tensors.append(torch.empty(entry.shape, dtype=dtype, device=device))
+        else:
+            view = raw[start : start + entry.nbytes].view(dtype).view(entry.shape)
+            # A copy onto the device is already a copy out of the buffer.
+            tensors.append(copy(view) if device.type == "cpu" else view.to(device))
+    del raw
 
-        class _Unpickler(pickle.Unpickler):
-            def persistent_load(self, pid: Any) -> Any:
-                return tensors[int(pid)]
+    class _Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid: Any) -> Any:
+            return tensors[int(pid)]
 
-        tree = _Unpickler(io.BytesIO(skeleton)).load()
-    except snapshot_layout.LayoutError as error:
-        raise SnapshotError(f"{name}: {error}") from error
+    tree = _Unpickler(io.BytesIO(skeleton)).load()
     return header, tree
 
 

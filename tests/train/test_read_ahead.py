@@ -1,0 +1,114 @@
+"""A restore read ahead: while the script builds its model and its process group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.train.fake_agent import FakeAgent
+from trainguard.ipc import messages
+from trainguard.job import replicas
+from trainguard.train import agent_link, agent_memory, replica_shares, snapshot, state_backend
+
+
+def saved_tree() -> dict[str, object]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64)
+    return {"step": 7, "state": {"model": model.state_dict()}, "rng": {}}
+
+
+def write(path: Path, tree: dict[str, object], *,
+          elsewhere: dict[int, int] | None = None) -> None:
+    """A snapshot of step 7 (of a share of ``tree`` with ``elsewhere``: see snapshot.prepare)."""
+    prepared = snapshot.prepare(tree, elsewhere=elsewhere)
+    path.write_bytes(b"\0" * prepared.nbytes)
+    slot = snapshot.MappedSlot(str(path))
+    slot.write(prepared, step=7, generation=1, rank=2, world_size=4)
+    slot.close()
+
+
+def plan_replica(agent: FakeAgent, directory: Path) -> None:
+    """Rank 1 has no snapshot of step 7: it reads replica 2's whole one."""
+    replica = directory / "replica"
+    write(replica, saved_tree())
+    agent.plan = messages.RestorePlan(0, messages.RestoreSource.REPLICA, 7, str(replica), 0,
+                                      ["", ""], "", peer=2)
+
+
+@pytest.fixture
+def backend(agent: FakeAgent) -> Iterator[agent_memory.AgentMemoryBackend]:
+    link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+    shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
+                                          enabled=False)
+    made = agent_memory.AgentMemoryBackend(link, rank=1, world_size=4, request_timeout=10.0,
+                                           shares=shares, behind=None)
+    yield made
+    made.close()
+    link.close()
+
+
+def requests(agent: FakeAgent, kind: type[messages.Message]) -> list[messages.Message]:
+    return [message for message in agent.received if isinstance(message, kind)]
+
+
+def test_a_state_read_ahead_is_what_load_returns_and_its_whole_slot_is_reserved(
+        agent: FakeAgent, backend: agent_memory.AgentMemoryBackend, tmp_path: Path) -> None:
+    plan_replica(agent, tmp_path)
+    backend.read_ahead()
+    # Before load(): the plan asked for, and the slot of the whole snapshot that follows.
+    reserved = agent.wait_for(lambda got: any(isinstance(m, messages.ReserveSlot) for m in got))
+    whole = snapshot.prepare(saved_tree()).nbytes
+    assert [m.nbytes for m in reserved if isinstance(m, messages.ReserveSlot)] == [whole]
+
+    loaded = backend.load()
+    assert (loaded.source, loaded.step) == ("replica", 7)
+    expected = saved_tree()["state"]["model"]  # type: ignore[index]
+    assert all(torch.equal(loaded.tree["state"]["model"][key], value)
+               for key, value in expected.items())
+    assert len(requests(agent, messages.RestorePlanRequest)) == 1
+
+    # The whole snapshot goes into the slot reserved ahead: no second reservation.
+    backend.save(loaded.tree, step=7, generation=1, started=0.0, whole=True)
+    assert len(requests(agent, messages.ReserveSlot)) == 1
+
+
+def test_a_state_that_comes_over_the_process_group_is_left_to_load(
+        agent: FakeAgent, backend: agent_memory.AgentMemoryBackend) -> None:
+    agent.plan = messages.RestorePlan(0, messages.RestoreSource.PEER, 7, "", 0, ["", ""], "",
+                                      peer=2)
+    backend.read_ahead()  # no process group exists yet: it plans, and reads nothing
+    with pytest.raises(state_backend.StateError, match="call restore\\(\\) after "
+                                                       "init_process_group"):
+        backend.load()
+    assert len(requests(agent, messages.RestorePlanRequest)) == 1
+
+
+def test_a_read_that_fails_ahead_fails_in_load(
+        agent: FakeAgent, backend: agent_memory.AgentMemoryBackend, tmp_path: Path) -> None:
+    # A share of the state, whose holder's snapshot the plan does not name.
+    tree = saved_tree()
+    weight = tree["state"]["model"]["weight"]  # type: ignore[index]
+    share = tmp_path / "share"
+    write(share, tree, elsewhere={id(weight): 3})
+    assert snapshot.on_host(str(share))
+    agent.plan = messages.RestorePlan(0, messages.RestoreSource.MEMORY, 7, str(share), 0,
+                                      ["", ""], "")
+    backend.read_ahead()
+    ahead = backend._finish_reading_ahead()
+    assert ahead is not None
+    assert ahead.error is not None, "it failed on the read-ahead thread"
+    with pytest.raises(state_backend.StateError,
+                       match="cannot restore from memory: no snapshot of rank 3 is at hand"):
+        backend.load()
+
+
+def test_a_save_before_the_restore_drops_what_was_read_ahead(
+        agent: FakeAgent, backend: agent_memory.AgentMemoryBackend, tmp_path: Path) -> None:
+    plan_replica(agent, tmp_path)
+    backend.read_ahead()
+    backend.save(saved_tree(), step=7, generation=1, started=0.0)
+    assert backend.load().step == 7  # planned and read again
+    assert len(requests(agent, messages.RestorePlanRequest)) == 2
