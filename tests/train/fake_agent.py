@@ -26,6 +26,8 @@ class FakeAgent:
         self._listener.bind("\0" + self.address[1:])
         self._listener.listen(1)
         self.received: list[messages.Message] = []
+        # Orders sent in answer to the hello, before any other answer (as the agent does).
+        self.greeting: list[messages.Message] = []
         # The plan each RestorePlanRequest gets, under its request id: a fresh start.
         self.plan = messages.RestorePlan(0, messages.RestoreSource.NONE, 0, "", 0, ["", ""], "")
         self.arrived = threading.Condition()
@@ -43,7 +45,10 @@ class FakeAgent:
             with self.arrived:
                 self.received.append(message)
                 self.arrived.notify_all()
-            if isinstance(message, messages.ReserveSlot):
+            if isinstance(message, messages.Hello):
+                for order in self.greeting:
+                    self._send(order)
+            elif isinstance(message, messages.ReserveSlot):
                 path = self._directory / f"slot-{message.slot}"
                 with path.open("wb") as stream:
                     stream.truncate(message.nbytes)

@@ -1,9 +1,12 @@
-"""A restore read ahead: while the script builds its model and its process group."""
+"""A restore read ahead (while the script builds its model and its process group), and what a
+rank that stayed does not read back."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -11,7 +14,14 @@ import torch
 from tests.train.fake_agent import FakeAgent
 from trainguard.ipc import messages
 from trainguard.job import replicas
-from trainguard.train import agent_link, agent_memory, replica_shares, snapshot, state_backend
+from trainguard.train import (
+    agent_link,
+    agent_memory,
+    copy_behind,
+    replica_shares,
+    snapshot,
+    state_backend,
+)
 
 
 def saved_tree() -> dict[str, object]:
@@ -112,3 +122,82 @@ def test_a_save_before_the_restore_drops_what_was_read_ahead(
     backend.save(saved_tree(), step=7, generation=1, started=0.0)
     assert backend.load().step == 7  # planned and read again
     assert len(requests(agent, messages.RestorePlanRequest)) == 2
+
+
+class Survivor:
+    """A rank that stays in its process (session.run) with 50 MB of optimizer tensors, copied
+    behind, and a batch-norm buffer that the optimizer does not own."""
+
+    def __init__(self, agent: FakeAgent) -> None:
+        self.link = agent_link.AgentLink(agent.address, on_order=lambda order: None)
+        shares = replica_shares.ReplicaShares(rank=0, layout=replicas.ReplicaLayout(1, 1),
+                                              enabled=False)
+        self.backend = agent_memory.AgentMemoryBackend(
+            self.link, rank=0, world_size=1, request_timeout=10.0, shares=shares,
+            behind=copy_behind.CopyBehind())
+        torch.manual_seed(0)
+        self.norm, self.linear = torch.nn.BatchNorm1d(1024), torch.nn.Linear(1024, 4096)
+        self.model = torch.nn.Sequential(self.norm, self.linear)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.1)
+
+    def step(self) -> None:
+        self.model(torch.randn(8, 1024)).square().mean().backward()
+        self.optimizer.step()
+
+    def tree(self, step: int) -> dict[str, Any]:
+        return {"step": step, "state": {"model": self.model.state_dict(),
+                                        "optimizer": self.optimizer.state_dict()}, "rng": {}}
+
+    def save(self, step: int) -> None:
+        self.backend.save(self.tree(step), step=step, generation=0, started=0.0,
+                          optimizers=[self.optimizer])
+        self.backend.flush()
+
+    def close(self) -> None:
+        self.backend.close()
+        self.link.close()
+
+
+def plan_own_slot(agent: FakeAgent, directory: Path, *, step: int, slot: int) -> None:
+    paths = [str(path) if (path := directory / f"slot-{index}").exists() else ""
+             for index in range(2)]
+    agent.plan = messages.RestorePlan(0, messages.RestoreSource.MEMORY, step, paths[slot],
+                                      1 - slot, paths, "")
+
+
+def test_a_rank_that_stayed_keeps_the_optimizers_tensors_it_still_holds(
+        agent: FakeAgent, tmp_path: Path) -> None:
+    survivor = Survivor(agent)
+    try:
+        survivor.step()
+        survivor.save(1)  # slot 0
+        saved = copy.deepcopy(survivor.tree(1)["state"])
+        weight = survivor.linear.weight
+        moment = survivor.optimizer.state[weight]["exp_avg"]
+        survivor.model(torch.randn(8, 1024))  # the failed step's forward moved the statistics
+        plan_own_slot(agent, tmp_path, step=1, slot=0)
+
+        survivor.backend.read_ahead()
+        state: Any = survivor.backend.load().tree["state"]
+        # Parameters and moments: the live tensors themselves, not read back.
+        assert state["optimizer"]["state"][2]["exp_avg"] is moment
+        assert state["model"]["1.weight"].data_ptr() == weight.data_ptr()
+        # The statistics, which the optimizer does not own: the snapshot's, from the slot.
+        assert torch.equal(state["model"]["0.running_mean"], saved["model"]["0.running_mean"])
+        live_mean = survivor.norm.running_mean
+        assert live_mean is not None
+        assert not torch.equal(state["model"]["0.running_mean"], live_mean)
+        for key, value in saved["model"].items():
+            assert torch.equal(state["model"][key], value), key
+
+        # After an optimizer step the live tensors are another step's: all read from the slot.
+        survivor.save(1)  # slot 1: the newest is again step 1
+        survivor.step()
+        plan_own_slot(agent, tmp_path, step=1, slot=1)
+        state = survivor.backend.load().tree["state"]
+        assert state["optimizer"]["state"][2]["exp_avg"] is not survivor.optimizer.state[
+            weight]["exp_avg"]
+        assert torch.equal(state["model"]["1.weight"], saved["model"]["1.weight"])
+        assert not torch.equal(state["model"]["1.weight"], weight)
+    finally:
+        survivor.close()

@@ -55,12 +55,11 @@ def _train(trainer: session.Session, state: dict[str, Any], steps: range) -> Non
 
 def _start(agent: FakeAgent, every: int, *orders: messages.Message
            ) -> tuple[session.Session, dict[str, Any]]:
-    """A session that has the interval (and ``orders``): they go out before the restore plan,
-    and the reader thread hands orders over in the order they arrive."""
+    """A session that has the interval (and ``orders``): they answer its hello, before the
+    restore plan, and the reader thread hands orders over in the order they arrive."""
+    agent.greeting = [messages.SnapshotInterval(every=every, from_step=0), *orders]
     trainer = session.Session(handle_sigterm=False)
     state = {"model": torch.nn.Linear(2, 2)}
-    for order in (messages.SnapshotInterval(every=every, from_step=0), *orders):
-        agent.order(order)
     assert trainer.restore(state) == 0
     return trainer, state
 

@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -72,6 +72,9 @@ class _Saved:
     generation: int
     prepared: snapshot.Prepared
     optimizer_steps: int  # _OptimizerSteps.count when it was taken
+    owned: frozenset[int] = frozenset()
+    """The optimizers' tensors, by index, when they were copied behind (the script changes
+    them only in ``step()``): while no step has begun since, the live ones are these bytes."""
 
 
 @dataclasses.dataclass
@@ -80,6 +83,7 @@ class _ReadAhead:
 
     thread: threading.Thread = dataclasses.field(init=False)
     plan: messages.RestorePlan | None = None
+    live: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
     loaded: state_backend.Loaded | None = None  # None: the plan is left to load()
     error: Exception | None = None
 
@@ -163,20 +167,21 @@ class AgentMemoryBackend:
             tree, holders=None if whole else functools.partial(self._shares.holders,
                                                                optimizers=optimizers))
         mapped = self._slot(slot, prepared.nbytes + self._completion_room(prepared))
-        later: list[int] = []
+        owned: list[int] = []  # the optimizers' tensors, by index, for a copy behind
         # Below the threshold in all, no subset is worth a thread: skip finding the owned ones.
         if optimizers and self._behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
             self._behind.guard(optimizers)
             owners = copy_behind.optimizer_tensors(optimizers)
-            later = [index for index, (tensor, entry) in enumerate(
-                zip(prepared.tensors, prepared.entries, strict=True))
-                if entry.nbytes and tensor.data_ptr() in owners]
-            if sum(prepared.entries[index].nbytes for index in later) < COPY_BEHIND_BYTES:
-                later = []
+            owned = [index for index, tensor in enumerate(prepared.tensors)
+                     if tensor.data_ptr() in owners]
+            if sum(prepared.entries[index].nbytes for index in owned) < COPY_BEHIND_BYTES:
+                owned = []
+        later = [index for index in owned if prepared.entries[index].nbytes]
         finish = mapped.begin_write(prepared, step=step, generation=generation, rank=self._rank,
                                     world_size=self._world_size, later=later)
         self._next_slot = 1 - slot
-        self._saved = _Saved(slot, step, generation, prepared, self._steps.count)
+        self._saved = _Saved(slot, step, generation, prepared, self._steps.count,
+                             frozenset(owned))
         blocked = time.perf_counter() - started
         if later and self._behind is not None:
             self._last_seconds = blocked
@@ -344,9 +349,9 @@ class AgentMemoryBackend:
 
     def _read_ahead_into(self, ahead: _ReadAhead) -> None:
         try:
-            ahead.plan = self._plan()
+            ahead.plan, ahead.live = self._plan()
             if self._readable_ahead(ahead.plan):
-                ahead.loaded = self._read(ahead.plan)
+                ahead.loaded = self._read(ahead.plan, ahead.live)
                 if ahead.plan.source is messages.RestoreSource.REPLICA:
                     self._reserve_whole(ahead.loaded.tree)
         except Exception as error:  # raised by load(), on the training thread
@@ -391,14 +396,16 @@ class AgentMemoryBackend:
         ahead = self._finish_reading_ahead()
         self._ahead = None
         if ahead is None:
-            return self._read(self._plan())
+            return self._read(*self._plan())
         if ahead.error is not None:
             raise ahead.error
         assert ahead.plan is not None
-        return ahead.loaded or self._read(ahead.plan)
+        return ahead.loaded or self._read(ahead.plan, ahead.live)
 
-    def _plan(self) -> messages.RestorePlan:
-        """The agent's plan for this rank, with the slots it names mapped.
+    def _plan(self) -> tuple[messages.RestorePlan, dict[int, torch.Tensor]]:
+        """The agent's plan for this rank, with the slots it names mapped; and the tensors of
+        this rank's newest snapshot that its live ones still hold, when the plan restores that
+        snapshot (:meth:`_unchanged`).
 
         Raises:
             StateError: the agent gave no plan.
@@ -406,6 +413,7 @@ class AgentMemoryBackend:
         self.flush()
         self._shares.new_generation()
         with self._saving:  # the state is about to change: no completion of what came before
+            newest, completed = self._saved, self._completed
             self._saved = None
         request_id = self._link.next_request_id()
         plan = self._link.request(messages.RestorePlanRequest(request_id),
@@ -418,11 +426,29 @@ class AgentMemoryBackend:
                 del self._mapped[slot]
         self._slot_paths = list(plan.slot_paths)
         self._next_slot = plan.next_slot
-        return plan
+        return plan, self._unchanged(plan, newest, completed is newest)
+
+    def _unchanged(self, plan: messages.RestorePlan, newest: _Saved | None,
+                   completed: bool) -> dict[int, torch.Tensor]:
+        """By index, the optimizers' tensors of ``newest`` (this rank's newest snapshot) when
+        ``plan`` restores it (its slot, or the other one when a completion wrote it again there)
+        and no optimizer step has begun since: the live tensors are then those bytes, and a
+        rank that stayed (``session.run``) need not read them back, nor its replicas' shares of
+        them. As for the copy behind, it is the script's word that only ``step()`` changes
+        them (``copy_behind=False`` says otherwise, and nothing is reused)."""
+        if (newest is None or not newest.owned or plan.source is not messages.RestoreSource.MEMORY
+                or plan.step != newest.step or self._steps.count != newest.optimizer_steps):
+            return {}
+        slots = [newest.slot, 1 - newest.slot] if completed else [newest.slot]
+        if plan.path not in [plan.slot_paths[slot] for slot in slots]:
+            return {}
+        return {index: newest.prepared.tensors[index] for index in newest.owned}
 
     @staticmethod
-    def _read(plan: messages.RestorePlan) -> state_backend.Loaded:
-        """The state ``plan`` names, read (or received over the process group).
+    def _read(plan: messages.RestorePlan, live: Mapping[int, torch.Tensor]
+              ) -> state_backend.Loaded:
+        """The state ``plan`` names, read (or received over the process group), with ``live``
+        tensors in it as they are (see :func:`snapshot.decode`).
 
         Raises:
             StateError: it cannot be read or received.
@@ -432,7 +458,8 @@ class AgentMemoryBackend:
         absent: list[snapshot.Absent] = []
         try:
             received = process_group.exchange_state(plan, absent=absent)
-            header, tree = received or snapshot.read_snapshot(plan.path, absent=absent)
+            header, tree = received or snapshot.read_snapshot(plan.path, absent=absent,
+                                                              live=live)
             replica_shares.fill_from_files(absent, dict(enumerate(plan.holder_paths)))
         except (snapshot.SnapshotError, process_group.ExchangeError) as error:
             raise state_backend.StateError(

@@ -314,17 +314,18 @@ class Absent:
 
 
 def read_snapshot(path: str, *, copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone,
-                  absent: list[Absent] | None = None
+                  absent: list[Absent] | None = None,
+                  live: Mapping[int, torch.Tensor] | None = None
                   ) -> tuple[snapshot_layout.SnapshotHeader, Any]:
     """Read a committed snapshot (memory slot or shard file) into new tensors; see
-    :func:`decode` for ``absent``.
+    :func:`decode` for ``absent`` and ``live``.
 
     Raises:
         SnapshotError: the file is not a complete snapshot.
     """
     memory = _map_private(path)
     try:
-        return decode(memory, name=path, copy=copy, absent=absent)
+        return decode(memory, name=path, copy=copy, absent=absent, live=live)
     finally:
         memory.close()
 
@@ -434,11 +435,14 @@ def _header(memory: Any, *, name: str) -> snapshot_layout.SnapshotHeader:
 
 def decode(memory: Any, *, name: str,
            copy: Callable[[torch.Tensor], torch.Tensor] = torch.clone,
-           absent: list[Absent] | None = None
+           absent: list[Absent] | None = None,
+           live: Mapping[int, torch.Tensor] | None = None
            ) -> tuple[snapshot_layout.SnapshotHeader, Any]:
     """Decode a committed snapshot held in a writable buffer (a mapping, or bytes received
     from a peer); ``name`` says where it came from, in errors. Tensors that another rank's
-    snapshot holds are appended to ``absent``, to be filled by the caller.
+    snapshot holds are appended to ``absent``, to be filled by the caller. ``live``: by index,
+    tensors that the caller knows still hold what the snapshot saved (its own, unchanged since):
+    put into the tree as they are, neither read nor filled, when their type and shape match.
 
     Raises:
         SnapshotError: the buffer is not a complete snapshot, or holds only a share of the
@@ -453,7 +457,11 @@ def decode(memory: Any, *, name: str,
         dtype = getattr(torch, entry.dtype)
         device = _restore_device(entry.device, name=name)
         start = header.payload_offset + entry.offset
-        if entry.holder is not None:
+        kept = live.get(len(tensors)) if live else None
+        if (kept is not None and kept.dtype == dtype and kept.shape == torch.Size(entry.shape)
+                and kept.device == device):
+            tensors.append(kept)
+        elif entry.holder is not None:
             if absent is None:
                 raise SnapshotError(
                     f"{name} holds only a share of the replicated state (tensor "
