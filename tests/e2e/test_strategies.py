@@ -26,9 +26,10 @@ def pids(job: Job) -> dict[int, list[int]]:
     return found
 
 
-def run(run_job: Start, tmp_path: Path, *flags: str, script_args: tuple[str, ...] = ()) -> Job:
+def run(run_job: Start, tmp_path: Path, *flags: str, script_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None) -> Job:
     job = run_job("--nproc-per-node", "4", "--max-restarts", "3", "-t", "3", *flags, SCRIPT,
-                  "--output", str(tmp_path / "sha"), *script_args)
+                  "--output", str(tmp_path / "sha"), *script_args, env=env)
     assert job.wait() == 0, job.output()
     return job
 
@@ -77,9 +78,12 @@ def test_recover_in_place_replaces_only_the_dead_rank(run_job: Start, tmp_path: 
     assert (tmp_path / "sha").read_text() == reference
 
 
+@pytest.mark.parametrize("read_ahead", ["1", "0"])
 def test_recover_moves_the_rank_to_a_spare_with_state_from_a_replica(
-        run_job: Start, tmp_path: Path, reference: str) -> None:
-    job = run(run_job, tmp_path, "--spare-devices", "1", "--inject", "device-error:3:15")
+        run_job: Start, tmp_path: Path, reference: str, read_ahead: str) -> None:
+    # Read ahead or not (by default not on a host with fewer cores than ranks): the same state.
+    job = run(run_job, tmp_path, "--spare-devices", "1", "--inject", "device-error:3:15",
+              env={"TRAINGUARD_READ_AHEAD": read_ahead})
     assert decisions(job) == ["recover"]
     completed = recovery(job)
     assert completed["restore_source"] == "memory and peers"

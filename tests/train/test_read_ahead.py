@@ -4,6 +4,7 @@ rank that stayed does not read back."""
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from trainguard.train import (
     agent_memory,
     copy_behind,
     replica_shares,
+    session,
     snapshot,
     state_backend,
 )
@@ -201,3 +203,19 @@ def test_a_rank_that_stayed_keeps_the_optimizers_tensors_it_still_holds(
         assert not torch.equal(state["model"]["1.weight"], weight)
     finally:
         survivor.close()
+
+
+def test_reading_ahead_is_on_with_a_core_to_spare_unless_the_environment_says(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert not session._read_ahead_setting(None), "4 ranks on 2 cores: the read would compete"
+    assert session._read_ahead_setting(True)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert session._read_ahead_setting(None)
+    monkeypatch.setenv("TRAINGUARD_READ_AHEAD", "0")
+    assert not session._read_ahead_setting(True), "the variable wins over the argument"
+    monkeypatch.setenv("TRAINGUARD_READ_AHEAD", "yes")
+    with pytest.raises(session.SessionError, match="TRAINGUARD_READ_AHEAD must be 0 or 1, "
+                                                    "got 'yes'"):
+        session._read_ahead_setting(None)

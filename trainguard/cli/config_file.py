@@ -27,6 +27,7 @@ WORKER_VARIABLES = frozenset({
     "TRAINGUARD_CHECKPOINT_EVERY",  # read by a Session outside `trainguard run`
     "TRAINGUARD_SNAPSHOT_SHARES",  # read by a Session: snapshot replicated state as shares
     "TRAINGUARD_SNAPSHOT_COPY_BEHIND",  # read by a Session: copy optimizer tensors behind
+    "TRAINGUARD_READ_AHEAD",  # read by a Session: read the restore on a thread of its own
 })
 """``TRAINGUARD_*`` variables that are not ``run`` options: trainguard sets them for its workers,
 or the training side reads them."""

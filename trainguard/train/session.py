@@ -101,14 +101,44 @@ class SessionError(RuntimeError):
     """The session cannot do what was asked; the message says what to change."""
 
 
+def _flag(variable: str, argument: bool | None) -> bool | None:
+    """The environment's ``variable`` (``0``/``1``) when set, else the script's ``argument``.
+
+    Raises:
+        SessionError: the variable is set to something else.
+    """
+    flag = os.environ.get(variable)
+    if flag is None:
+        return argument
+    if flag not in ("0", "1"):
+        raise SessionError(f"{variable} must be 0 or 1, got {flag!r}")
+    return flag == "1"
+
+
 def _copy_behind(enabled: bool | None) -> copy_behind_module.CopyBehind | None:
     """Raises: SessionError: ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` is not 0 or 1."""
-    flag = os.environ.get("TRAINGUARD_SNAPSHOT_COPY_BEHIND")
-    if flag is not None:
-        if flag not in ("0", "1"):
-            raise SessionError(f"TRAINGUARD_SNAPSHOT_COPY_BEHIND must be 0 or 1, got {flag!r}")
-        enabled = flag == "1"
+    enabled = _flag("TRAINGUARD_SNAPSHOT_COPY_BEHIND", enabled)
     return copy_behind_module.CopyBehind() if enabled is None or enabled else None
+
+
+def _read_ahead_setting(enabled: bool | None) -> bool:
+    """Whether restores are read ahead (:meth:`AgentMemoryBackend.read_ahead`); by default when
+    this process may run on more cores than its host has ranks (``LOCAL_WORLD_SIZE``). The read
+    needs a core that the script, building its model meanwhile, does not: with 4 ranks on 2
+    cores it only competed with that build, and a job-level restart got slower
+    (docs/session.md).
+
+    Raises:
+        SessionError: ``TRAINGUARD_READ_AHEAD`` is not 0 or 1.
+    """
+    enabled = _flag("TRAINGUARD_READ_AHEAD", enabled)
+    if enabled is not None:
+        return enabled
+    try:
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        ranks = 1
+    return len(os.sched_getaffinity(0)) > ranks
 
 
 class InjectedFaultError(RuntimeError):
@@ -146,7 +176,8 @@ class Session:
                  checkpoint_every: int | None = None,
                  checkpoint_dir: str | os.PathLike[str] | None = None,
                  share_replicas: bool | None = None, dp_size: int | None = None,
-                 per_rank: Collection[str] = (), copy_behind: bool | None = None) -> None:
+                 per_rank: Collection[str] = (), copy_behind: bool | None = None,
+                 read_ahead: bool | None = None) -> None:
         """Connect to this worker's node agent, or, without ``trainguard run``, to a checkpoint
         directory.
 
@@ -181,10 +212,16 @@ class Session:
                 ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` (``1``/``0``) wins when set. Turn it off for a
                 script that changes parameters in place other than through an optimizer between
                 ``checkpoint()`` and the optimizer's next ``step()``.
+            read_ahead: under ``trainguard run`` only: read the state to restore on a thread
+                of its own from now on (and from each rejoin under :meth:`run`), while the
+                script builds its model and its process group; ``restore()`` then takes it.
+                Default: when this process may run on more cores than the host has ranks;
+                ``TRAINGUARD_READ_AHEAD`` (``1``/``0``) wins when set.
 
         Raises:
-            SessionError: the agent is unreachable; a share setting is malformed; without an
-                agent, a checkpoint setting is malformed or the directory is not writable.
+            SessionError: the agent is unreachable; a share or read-ahead setting is
+                malformed; without an agent, a checkpoint setting is malformed or the
+                directory is not writable.
         """
         address = os.environ.get("TRAINGUARD_AGENT_SOCKET")
         self.rank = int(os.environ.get("RANK", "0"))
@@ -209,11 +246,13 @@ class Session:
         self._link: agent_link.AgentLink | agent_link.DetachedLink
         self._state: state_backend.StateBackend
         self._agent = bool(address)
+        self._reads_ahead = False  # restores read ahead (only under an agent)
         if self.rank == 0 and (problem := torch_version.untested(torch.__version__)):
             logger.warning("trainguard: %s", problem)
         if not address:
             self._start_without_agent(checkpoint_every, checkpoint_dir)
             return
+        self._reads_ahead = _read_ahead_setting(read_ahead)
         try:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
@@ -225,7 +264,8 @@ class Session:
             behind=_copy_behind(copy_behind))
         # After the backend: the agent answers the hello with orders (the snapshot interval).
         self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
-        self._state.read_ahead()  # while the script builds its model and its process group
+        if self._reads_ahead:
+            self._state.read_ahead()  # while the script builds its model and its process group
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -348,7 +388,7 @@ class Session:
                 self._leave(None, error)
                 communicator.abandon(error)
             self._join_next()
-            if isinstance(self._state, agent_memory.AgentMemoryBackend):
+            if self._reads_ahead and isinstance(self._state, agent_memory.AgentMemoryBackend):
                 self._state.read_ahead()  # while train() forms the next process group
 
     def _leave(self, step: int | None, error: BaseException | None) -> None:
