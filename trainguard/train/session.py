@@ -264,8 +264,7 @@ class Session:
             behind=_copy_behind(copy_behind))
         # After the backend: the agent answers the hello with orders (the snapshot interval).
         self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
-        if self._reads_ahead:
-            self._state.read_ahead()  # while the script builds its model and its process group
+        self._read_ahead()  # while the script builds its model and its process group
         error_file.install(self._on_uncaught)
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -388,8 +387,13 @@ class Session:
                 self._leave(None, error)
                 communicator.abandon(error)
             self._join_next()
-            if self._reads_ahead and isinstance(self._state, agent_memory.AgentMemoryBackend):
-                self._state.read_ahead()  # while train() forms the next process group
+            self._read_ahead()  # while train() forms the next process group
+
+    def _read_ahead(self) -> None:
+        """Start reading the state the next restore() takes, where that pays
+        (:func:`_read_ahead_setting`)."""
+        if self._reads_ahead and isinstance(self._state, agent_memory.AgentMemoryBackend):
+            self._state.read_ahead()
 
     def _leave(self, step: int | None, error: BaseException | None) -> None:
         """Cut the communicator, drop the process group, tell the agent (once per generation)."""

@@ -6,6 +6,13 @@ memory-mapped slot, which is the stall training pays: ``Tensor.copy_`` for CPU t
 asynchronous device-to-host copy on a side stream for CUDA tensors (:mod:`.device_copy`), and
 the snapshot is committed only once every copy is done. A restore puts each tensor back on the
 device it was saved from.
+
+Why one module past 500 lines: it is the snapshot format's writer and its reader, which change
+together (a table field laid out in ``_lay_out`` is read back in ``decode`` and
+``copy_tensors``; the sequence lock ``MappedSlot`` takes is the one ``_header`` checks). What
+changes for other reasons already lives apart: the byte layout and its codec
+(:mod:`trainguard.ipc.snapshot_layout`), device copies (:mod:`.device_copy`), which tensors a
+rank writes (:mod:`.replica_shares`), and where slots come from (:mod:`.agent_memory`).
 """
 
 from __future__ import annotations
