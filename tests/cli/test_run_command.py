@@ -350,3 +350,11 @@ def test_with_the_c10d_backend_the_controller_assigns_the_node_rank(script: Path
 
 def test_one_node_has_no_controller(script: Path) -> None:
     assert parse([str(script)]).cluster is None
+
+
+def test_workers_get_torchs_huge_page_allocator_and_one_thread_unless_told_otherwise() -> None:
+    defaults = launcher.base_environment(4, {"PATH": "/bin"})
+    assert defaults == {"PATH": "/bin", "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"}
+    assert "OMP_NUM_THREADS" not in launcher.base_environment(1, {})
+    told = launcher.base_environment(4, {"OMP_NUM_THREADS": "2", "THP_MEM_ALLOC_ENABLE": "0"})
+    assert told == {"OMP_NUM_THREADS": "2", "THP_MEM_ALLOC_ENABLE": "0"}

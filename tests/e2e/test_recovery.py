@@ -89,7 +89,7 @@ def test_unmodified_torchrun_script_is_restarted(run_job: Start, tmp_path: Path)
     assert first["WORLD_SIZE"] == first["LOCAL_WORLD_SIZE"] == "2"
     assert (first["GROUP_RANK"], first["ROLE_RANK"], first["ROLE_NAME"]) == ("0", "1", "default")
     assert (first["TORCHELASTIC_RUN_ID"], first["TORCHELASTIC_MAX_RESTARTS"]) == ("plain", "2")
-    assert first["OMP_NUM_THREADS"] == "1"
+    assert first["OMP_NUM_THREADS"] == first["THP_MEM_ALLOC_ENABLE"] == "1"
     assert second["TORCHELASTIC_RESTART_COUNT"] == "1"
     assert first["MASTER_PORT"] != second["MASTER_PORT"], "each generation gets a fresh store"
     fault = job.events("fault-detected")[0]

@@ -26,6 +26,11 @@ def pids(job: Job) -> dict[int, list[int]]:
     return found
 
 
+def started_with(job: Job, rank: int) -> list[int]:
+    """How many processes the agent started together with each of the rank's, in order."""
+    return [int(n) for n in re.findall(rf"pid {rank} \d+ started with (\d+)", job.output())]
+
+
 def run(run_job: Start, tmp_path: Path, *flags: str, script_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None) -> Job:
     job = run_job("--nproc-per-node", "4", "--max-restarts", "3", "-t", "3", *flags, SCRIPT,
@@ -72,6 +77,7 @@ def test_recover_in_place_replaces_only_the_dead_rank(run_job: Start, tmp_path: 
     processes = pids(job)
     assert len(processes[rank]) == 2, "the dead rank gets a new process"
     assert all(len(p) == 1 for r, p in processes.items() if r != rank), "survivors stay"
+    assert started_with(job, rank) == [4, 1], "alone: its session reads its restore ahead"
     completed = recovery(job)
     assert (completed["strategy"], completed["restore_source"], completed["steps_lost"]) == (
         "recover-in-place", "memory", 0)

@@ -208,9 +208,15 @@ def test_a_rank_that_stayed_keeps_the_optimizers_tensors_it_still_holds(
 def test_reading_ahead_is_on_with_a_core_to_spare_unless_the_environment_says(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.delenv(messages.STARTING_VARIABLE, raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert not session._read_ahead_setting(None), "4 ranks on 2 cores: the read would compete"
     assert session._read_ahead_setting(True)
+    monkeypatch.setenv(messages.STARTING_VARIABLE, "1")
+    assert session._read_ahead_setting(None), "the only process started: the others wait"
+    monkeypatch.setenv(messages.STARTING_VARIABLE, "4")
+    assert not session._read_ahead_setting(None), "a job-level restart: all 4 start at once"
+    monkeypatch.delenv(messages.STARTING_VARIABLE)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert session._read_ahead_setting(None)
     monkeypatch.setenv("TRAINGUARD_READ_AHEAD", "0")

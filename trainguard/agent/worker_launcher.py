@@ -116,19 +116,25 @@ class WorkerLauncher:
         device from the spare standby process. Workers that cannot be started (the standby
         process is gone and cannot be restarted) make the generation's outcome fatal rather
         than raise."""
+        ranks = list(ranks)
         try:
             for rank in ranks:
                 on_spare = self._devices[rank] >= self.settings.nproc_per_node
                 standby = self._spare_standby if on_spare else await self._ensure_standby()
                 if standby is None:
                     raise standby_client.StandbyError("the job has no spare standby process")
-                await self._spawn(standby, generation, generation.workers[rank])
+                await self._spawn(standby, generation, generation.workers[rank],
+                                  starting=len(ranks))
         except (standby_client.StandbyError, ValueError) as error:  # ValueError: visibility
             generation.settle(process.GenerationOutcome(
                 process.OutcomeKind.FATAL, detail=f"workers could not be started: {error}"))
 
     async def _spawn(self, standby: standby_client.StandbyProcess,
-                     generation: workers.Generation, worker: workers.WorkerState) -> None:
+                     generation: workers.Generation, worker: workers.WorkerState, *,
+                     starting: int) -> None:
+        """Start ``worker``'s process, one of ``starting`` that this host starts together
+        (every rank at a generation's start, the replaced ones in a recovery in place): its
+        session reads its restore ahead only where that leaves it a core (session.py)."""
         settings = self.settings
         env = workers.worker_environment(
             self._base_env, rank=worker.rank, local_rank=worker.local_rank,
@@ -141,6 +147,7 @@ class WorkerLauncher:
             generation=generation.number)
         env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
         env["TRAINGUARD_TRACEBACKS"] = str(self._tracebacks)
+        env[messages.STARTING_VARIABLE] = str(starting)
         if settings.dp_size is not None:  # the session's replicas are the agent's
             env["TRAINGUARD_DP_SIZE"] = str(settings.dp_size)
         env.update(self.visibility())

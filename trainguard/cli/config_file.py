@@ -23,6 +23,7 @@ WORKER_VARIABLES = frozenset({
     "TRAINGUARD_DEVICE",
     "TRAINGUARD_GENERATION",
     "TRAINGUARD_WORKER_SECRET",
+    "TRAINGUARD_STARTING_PROCESSES",  # how many processes the agent started with the worker
     "TRAINGUARD_TRACEBACKS",  # where the standby process files distinct tracebacks
     "TRAINGUARD_CHECKPOINT_EVERY",  # read by a Session outside `trainguard run`
     "TRAINGUARD_SNAPSHOT_SHARES",  # read by a Session: snapshot replicated state as shares

@@ -23,6 +23,7 @@ from trainguard.faults.device.device_events import Assertion
 
 __all__ = [
     "COMPLETE_SHARES_WAIT",
+    "STARTING_VARIABLE",
     "WORKER_SECRET_VARIABLE",
     "Abort",
     "Activity",
@@ -64,6 +65,9 @@ output. Used when a worker does not do what it was told in time."""
 WORKER_SECRET_VARIABLE = "TRAINGUARD_WORKER_SECRET"
 """The environment variable that hands a worker process its :attr:`Hello.secret`: the
 environment, unlike the command line, is visible only to the same user and root."""
+STARTING_VARIABLE = "TRAINGUARD_STARTING_PROCESSES"
+"""How many processes the agent started on the host together with the one that reads it: a
+process of a recovery in place starts on a host whose other ranks wait for it."""
 
 
 def socket_name(address: str) -> str:

@@ -123,10 +123,11 @@ def _copy_behind(enabled: bool | None) -> copy_behind_module.CopyBehind | None:
 
 def _read_ahead_setting(enabled: bool | None) -> bool:
     """Whether restores are read ahead (:meth:`AgentMemoryBackend.read_ahead`); by default when
-    this process may run on more cores than its host has ranks (``LOCAL_WORLD_SIZE``). The read
-    needs a core that the script, building its model meanwhile, does not: with 4 ranks on 2
-    cores it only competed with that build, and a job-level restart got slower
-    (docs/session.md).
+    this process may run on more cores than the processes its agent started with it (every rank
+    of the host at a generation's start, the replaced ones in a recovery in place; without an
+    agent's word, ``LOCAL_WORLD_SIZE``). The read needs a core that the script, building its
+    model meanwhile, does not: on 2 cores it sped up the recovery in place of one of 4 ranks and
+    slowed down a job-level restart of all 4 (docs/session.md).
 
     Raises:
         SessionError: ``TRAINGUARD_READ_AHEAD`` is not 0 or 1.
@@ -135,10 +136,11 @@ def _read_ahead_setting(enabled: bool | None) -> bool:
     if enabled is not None:
         return enabled
     try:
-        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        starting = int(os.environ.get(messages.STARTING_VARIABLE)
+                       or os.environ.get("LOCAL_WORLD_SIZE", "1"))
     except ValueError:
-        ranks = 1
-    return len(os.sched_getaffinity(0)) > ranks
+        starting = 1
+    return len(os.sched_getaffinity(0)) > starting
 
 
 class InjectedFaultError(RuntimeError):

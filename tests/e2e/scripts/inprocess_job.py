@@ -1,10 +1,10 @@
 """A small deterministic DDP job under Session.run, with hooks that make a recovery go wrong.
 
-Every process prints ``pid RANK PID`` when it starts, so a test can tell which processes a
-recovery kept. A process started after generation 0 (a replacement) can be made to stall
-(``--stall-replacement``, to miss the recovery deadline) or die (``--crash-replacement``)
-before it restores. Rank 1 can be made to sleep between steps (``--stuck-after``), so that it
-does not leave its generation when told.
+Every process prints ``pid RANK PID started with N`` when it starts (N: the processes its
+agent started with it), so a test can tell which processes a recovery kept. A process started
+after generation 0 (a replacement) can be made to stall (``--stall-replacement``, to miss the
+recovery deadline) or die (``--crash-replacement``) before it restores. Rank 1 can be made to
+sleep between steps (``--stuck-after``), so that it does not leave its generation when told.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 state = {"model": model, "optimizer": optimizer}
 session = trainguard.train.Session()
-print(f"pid {session.rank} {os.getpid()}", flush=True)
+starting = os.environ.get("TRAINGUARD_STARTING_PROCESSES", "-")  # "-": no agent
+print(f"pid {session.rank} {os.getpid()} started with {starting}", flush=True)
 hooks = {"armed": session.generation == 1}  # it replaces a failed one in the first recovery
 
 
