@@ -41,14 +41,15 @@ def test_device_faults_from_the_detector_move_or_restart_the_rank_on_the_device(
                   "--max-restarts", "3", "--device-timeline", str(timeline),
                   str(SCRIPTS / "inprocess_job.py"), "--steps", "80", "--step-sleep", "0.1")
     job.wait_for_event("snapshot-interval")  # stepping, with snapshots
+    # The refusals first: each is a process start, and the job must still run for the last.
+    absent = _inject(job, "--device", "7", RESTART)
+    unknown = _inject(job, "--device", "0", "NOPE")
     moved = _inject(job, "--device", "1", SEPARATE)
     assert (moved.returncode, moved.stdout.split(": ", 1)[1]) == (
         0, f"{SEPARATE} occur\n"), moved.stderr
     job.wait_for_event("recovery-completed")
     restarted = _inject(job, "--device", "0", RESTART)
     assert restarted.returncode == 0, restarted.stderr
-    absent = _inject(job, "--device", "7", RESTART)
-    unknown = _inject(job, "--device", "0", "NOPE")
     assert job.wait() == 0, job.output()
 
     assert (absent.returncode, unknown.returncode) == (1, 1)
