@@ -42,7 +42,7 @@ import torch.distributed as dist
 import xxhash
 
 from trainguard.job import replicas
-from trainguard.train import copy_behind, snapshot
+from trainguard.train import copy_behind, environment, snapshot
 
 __all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "kept"]
 
@@ -144,11 +144,10 @@ class ReplicaShares:
         Raises:
             SharesError: a setting is malformed; the message names it.
         """
-        flag = environ.get("TRAINGUARD_SNAPSHOT_SHARES")
-        if flag is not None:
-            if flag not in ("0", "1"):
-                raise SharesError(f"TRAINGUARD_SNAPSHOT_SHARES must be 0 or 1, got {flag!r}")
-            enabled = flag == "1"
+        try:
+            enabled = environment.flag("TRAINGUARD_SNAPSHOT_SHARES", enabled, environ=environ)
+        except ValueError as error:
+            raise SharesError(str(error)) from None
         size = environ.get("TRAINGUARD_DP_SIZE")
         where = f"TRAINGUARD_DP_SIZE={size!r}" if size is not None else f"dp_size={dp_size}"
         try:

@@ -74,6 +74,7 @@ from trainguard.train import (
     agent_link,
     agent_memory,
     communicator,
+    environment,
     error_file,
     local_directory,
     process_group,
@@ -102,17 +103,11 @@ class SessionError(RuntimeError):
 
 
 def _flag(variable: str, argument: bool | None) -> bool | None:
-    """The environment's ``variable`` (``0``/``1``) when set, else the script's ``argument``.
-
-    Raises:
-        SessionError: the variable is set to something else.
-    """
-    flag = os.environ.get(variable)
-    if flag is None:
-        return argument
-    if flag not in ("0", "1"):
-        raise SessionError(f"{variable} must be 0 or 1, got {flag!r}")
-    return flag == "1"
+    """:func:`environment.flag`, as a :class:`SessionError`."""
+    try:
+        return environment.flag(variable, argument)
+    except ValueError as error:
+        raise SessionError(str(error)) from None
 
 
 def _copy_behind(enabled: bool | None) -> copy_behind_module.CopyBehind | None:
