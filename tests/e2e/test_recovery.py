@@ -91,6 +91,8 @@ def test_unmodified_torchrun_script_is_restarted(run_job: Start, tmp_path: Path)
     assert (first["TORCHELASTIC_RUN_ID"], first["TORCHELASTIC_MAX_RESTARTS"]) == ("plain", "2")
     assert first["OMP_NUM_THREADS"] == first["THP_MEM_ALLOC_ENABLE"] == "1"
     assert second["TORCHELASTIC_RESTART_COUNT"] == "1"
+    # A job-level restart starts every rank of the host again, together.
+    assert first["TRAINGUARD_STARTING_PROCESSES"] == second["TRAINGUARD_STARTING_PROCESSES"] == "2"
     assert first["MASTER_PORT"] != second["MASTER_PORT"], "each generation gets a fresh store"
     fault = job.events("fault-detected")[0]
     assert (fault["rank"], fault["returncode"]) == (1, 3)
