@@ -100,27 +100,29 @@ def test_unmodified_torchrun_script_is_restarted(run_job: Start, tmp_path: Path)
 
 def test_fault_injection_from_the_command_line(run_job: Start) -> None:
     job = run_job("--nproc-per-node", "2", "--max-restarts", "3", "-r", "3",
-                  str(SCRIPTS / "session_job.py"), "--steps", "400", "--step-sleep", "0.02")
+                  str(SCRIPTS / "session_job.py"), "--steps", "600", "--step-sleep", "0.02")
     job.wait_for("the first steps", lambda: "restored step" in _worker_log(job))
     inject = [sys.executable, "-m", "trainguard", "fault", "inject", "--run-dir",
               str(job.run_dir)]
+    # Each injection is a process start (a second or more on a busy machine): the refused one
+    # first, and the job long enough that the last still finds it before step 590.
+    refused = subprocess.run([*inject, "--rank", "7", "hang"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert refused.returncode == 1, refused.stderr
+    assert "there is no rank 7; the job has ranks 0..1" in refused.stderr
     done = subprocess.run([*inject, "--rank", "1", "crash"], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("sent SIGKILL to rank 1")
     job.wait_for_event("recovery-completed")
-    done = subprocess.run([*inject, "--rank", "0", "exception", "--at-step", "390"],
+    done = subprocess.run([*inject, "--rank", "0", "exception", "--at-step", "590"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert "rank 0 gets the exception at step 390" in done.stdout
-    refused = subprocess.run([*inject, "--rank", "7", "hang"], capture_output=True, text=True,
-                             timeout=60, check=False)
-    assert refused.returncode == 1
-    assert "there is no rank 7; the job has ranks 0..1" in refused.stderr
+    assert "rank 0 gets the exception at step 590" in done.stdout
     assert job.wait() == 0, job.output()
     faults = job.events("fault-detected")
     assert [(f["rank"], f["injected"]) for f in faults] == [(1, "crash"), (0, "exception")]
-    assert faults[1]["last_step"] == 390
+    assert faults[1]["last_step"] == 590
     assert len(job.events("fault-injection")) == 2  # the refused one is not recorded
 
 
