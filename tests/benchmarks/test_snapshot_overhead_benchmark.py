@@ -28,7 +28,9 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert set(size["median_step_seconds"]) == {snapshot_overhead.BASELINE,
                                                 snapshot_overhead.CONTROL, *asked}
     assert set(size["overhead"]) == set(asked)
-    assert all(count == 2 * (12 - 1) for count in size["steps_measured"].values())
+    # The demo's steps are short: it runs ten times --steps, the first tenth left out.
+    assert (size["steps_scale"], size["steps"]) == (10, 120)
+    assert all(count == 2 * (120 - 12) for count in size["steps_measured"].values())
     assert size["met"] == {name: value <= snapshot_overhead.TARGET
                            for name, value in size["overhead"].items()}
     assert size["state_bytes_per_rank"] == snapshot_overhead.state_bytes(256)
@@ -40,8 +42,9 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert set(size["overhead_by_round"]) == {snapshot_overhead.CONTROL, *asked}
     assert all(len(values) == 1 for values in size["overhead_by_round"].values())
     paired = size["paired"]
-    # steps 3 and 7 of 12 (step 0 left out) have three steps after them, on each of 2 ranks
-    assert (paired["every"], paired["snapshots_compared"]) == (4, 4)
+    # steps 15, 19, ..., 115 of 120 (the first 12 left out) have three steps after them, on
+    # each of 2 ranks
+    assert (paired["every"], paired["snapshots_compared"]) == (4, 52)
     assert paired["overhead"] == pytest.approx(
         paired["snapshot_seconds"] / paired["clean_step_seconds"])
     assert paired["met"] == (paired["overhead"] <= snapshot_overhead.TARGET)
@@ -61,7 +64,7 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert f"noise {size['noise']:+.1%}; by round " in text
     assert f"the control by round {control:+.1%})" in text
     assert (f"- demo, paired within each run (a snapshot every 4th step, shares; its two steps "
-            f"against the next two, 4 snapshots): {paired['snapshot_seconds'] * 1000:.2f} ms "
+            f"against the next two, 52 snapshots): {paired['snapshot_seconds'] * 1000:.2f} ms "
             "per snapshot") in text
     assert (f"- demo, CPU of a snapshot on the training thread (median): whole, every step "
             f"{cpu['whole, every step'] * 1e6:.0f} us, ") in text
