@@ -447,3 +447,41 @@ def test_snapshots_overwritten_while_persisting_are_not_a_directory_failure(
     lag = memory.lag()
     assert lag is not None
     assert (lag.memory_step, lag.error) == (3, "")
+
+
+def test_a_step_is_checksummed_once_it_has_stayed_the_newest_for_a_second(
+        tmp_path: Path, slots: SnapshotSlots, writer: Callable[..., int],
+        make_state: Callable[..., dict[str, Any]]) -> None:
+    """A snapshot every step is overwritten two steps later, before its checksum could serve a
+    restore: while newer steps keep coming (every 0.1 s) none is hashed; the last one is, once
+    it has been the newest for a second."""
+    settings = CheckpointSettings(checkpoint_dir=tmp_path / "ckpt", persist_interval=1000)
+
+    async def use(memory: CheckpointMemory) -> tuple[list[int], list[bool]]:
+        def hashed(step: int | None = None) -> list[bool]:
+            return [state.header.has_checksum for rank in range(2)
+                    for state in slots.committed(rank) if step in (None, state.header.step)]
+
+        memory.start()
+        loop = asyncio.get_running_loop()
+        stepping_until = loop.time() + 2.5
+        step = 0
+        seen_hashed: list[int] = []
+        try:
+            while loop.time() < stepping_until:
+                step += 1
+                for rank in range(2):
+                    writer(slots, rank, step % 2, make_state(step, rank), step=step)
+                memory.committed()
+                await asyncio.sleep(0.1)
+                seen_hashed += [step] if any(hashed()) else []
+            settled_until = loop.time() + 10
+            while not all(hashed(step)) and loop.time() < settled_until:
+                await asyncio.sleep(0.05)
+            return seen_hashed, hashed(step)
+        finally:
+            await memory.close()
+
+    seen_hashed, last = asyncio.run(with_memory(slots, tmp_path, [], use, settings=settings))
+    assert seen_hashed == []
+    assert last == [True, True]
