@@ -39,9 +39,10 @@ def test_device_faults_from_the_detector_move_or_restart_the_rank_on_the_device(
                                     "assertion": "once"}) + "\n")
     job = run_job("--nproc-per-node", "2", "--spare-devices", "1", "--dp-size", "2",
                   "--max-restarts", "3", "--device-timeline", str(timeline),
-                  str(SCRIPTS / "inprocess_job.py"), "--steps", "80", "--step-sleep", "0.1")
+                  str(SCRIPTS / "inprocess_job.py"), "--steps", "150", "--step-sleep", "0.1")
     job.wait_for_event("snapshot-interval")  # stepping, with snapshots
-    # The refusals first: each is a process start, and the job must still run for the last.
+    # The refusals first: each injection is a process start (over a second on a busy machine,
+    # where 80 steps once ended before the last), and the job must still run for the last.
     absent = _inject(job, "--device", "7", RESTART)
     unknown = _inject(job, "--device", "0", "NOPE")
     moved = _inject(job, "--device", "1", SEPARATE)
