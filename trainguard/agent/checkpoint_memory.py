@@ -2,7 +2,8 @@
 
 Workers copy their state into slots this component owns (:mod:`.snapshot_slots`) and tell it
 when a snapshot is committed. A step is *complete* once every rank has committed it. The newest
-complete step is checksummed and, every ``persist_interval`` seconds, persisted to disk by the
+complete step is checksummed once it has stayed the newest for a second and, every
+``persist_interval`` seconds, persisted to disk by the
 persister process (across hosts, the step the job's controller orders, the same on every host:
 :meth:`CheckpointMemory.persist`); training never waits for either. A spare host that takes a
 lost node's ranks takes that node's checkpoint directory too (:meth:`CheckpointMemory.take`).
@@ -184,7 +185,7 @@ class CheckpointMemory:
         self._persisted_step = -1
         self._hashed_step = -1
         self._last_persist = clock.monotonic()
-        self._last_hash = float("-inf")
+        self._last_look = float("-inf")
         self._settling: tuple[int, float] | None = None  # the newest complete step, seen since
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -206,7 +207,7 @@ class CheckpointMemory:
         write is due (waking the loop at every commit of every rank costs the agent more than
         the commit's message itself)."""
         now = self._clock.monotonic()
-        if self._write_due(now) or self._hash_due(now):
+        if self._write_due(now) or self._look_due(now):
             self._wake.set()
 
     def _write_due(self, now: float) -> bool:
@@ -215,8 +216,10 @@ class CheckpointMemory:
         return (not self._persist_on_order
                 and now - self._last_persist >= self.settings.persist_interval)
 
-    def _hash_due(self, now: float) -> bool:
-        return now - self._last_hash >= _HASH_INTERVAL
+    def _look_due(self, now: float) -> bool:
+        """Whether a commit wakes the loop to look for a step to checksum: at most once per
+        :data:`_HASH_INTERVAL`, since a wake-up at every commit of every rank costs more."""
+        return now - self._last_look >= _HASH_INTERVAL
 
     def newest_step(self, rank: int) -> int | None:
         """The step of the rank's newest complete snapshot, read from its slot headers (a
@@ -342,8 +345,8 @@ class CheckpointMemory:
             now = self._clock.monotonic()
             if self._write_due(now):
                 await self.flush()
-            elif self._hash_due(now) or self._settled(now):
-                self._last_hash = now
+            elif self._look_due(now) or self._settled(now):
+                self._last_look = now
                 await self._hash_settled(now)
 
     def _shards(self, states: list[snapshot_slots.SlotState],
