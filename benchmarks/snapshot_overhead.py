@@ -22,12 +22,22 @@ whole state costs ``ranks`` times that. And the noise: the job without snapshots
 time in each round, against the first (an overhead within it is not resolved here); and each
 round's overheads against that round's run without snapshots, since two runs of one job differ
 more than the steps within a run do (how 4 ranks share 2 cores settles differently each time).
-Last, the paired estimate, which that difference between runs does not reach: one more job
+Then the paired estimate, which that difference between runs does not reach: one more job
 per round with a snapshot every ``--paired-every``-th step (shares, as by default), in which
 each snapshot's two steps (the one it is taken in, and the next, which a copy behind or a
 cache it left cold slows) are set against the two steps after them, in the same run on the
 same rank: the median of those differences is what one snapshot costs, and against a step
-away from snapshots it is the overhead a snapshot every step would have. Prints one JSON
+away from snapshots it is the overhead a snapshot every step would have. And the blocks
+estimate, which sets the same job with and without snapshots in one run: one more job per
+round that snapshots after every step of every second run of ``--block-steps`` steps; the
+median step of those runs against the median step of the runs between them (the first step of
+each run left out: it carries the switch, a snapshot's copy still behind or none yet), each
+round on its own. It answers the question of the target (a snapshot every step against none)
+without the difference between runs (two identical runs' medians differed by -10.0% and
++11.7% in two rounds of one recording here, more than the target) and without the order in
+which a round's runs go (which is turned by one at each round). What it leaves out is what
+a run with snapshots pays in its steps without any (the persister, the agent's loop), measured
+only across runs. Prints one JSON
 object; ``--output`` also writes it (default when given without a path:
 benchmarks/results/snapshot-overhead.json).
 
@@ -52,14 +62,17 @@ from torch import nn
 
 from benchmarks import common, overhead
 
-__all__ = ["BASELINE", "CONTROL", "PAIRED_MIN_EVERY", "SIZES", "TARGET", "VARIANTS", "Size",
-           "checkpoint_cpu", "copy_seconds", "main", "paired_cost", "state_bytes"]
+__all__ = ["BASELINE", "BLOCK_MIN_STEPS", "CONTROL", "PAIRED_MIN_EVERY", "SIZES", "TARGET",
+           "VARIANTS", "Size", "block_cost", "checkpoint_cpu", "copy_seconds", "main",
+           "paired_cost", "state_bytes"]
 
 NAME = "snapshot-overhead"
 TARGET = 0.05  # a snapshot variant's median step may be at most this much slower
 PAIRED_MIN_EVERY = 4
 """The paired estimate's fewest steps between snapshots: the two steps compared against a
 snapshot's two must hold none."""
+BLOCK_MIN_STEPS = 2
+"""The blocks estimate's shortest run of steps: its first step is left out."""
 BASELINE = "no snapshots"
 CONTROL = "no snapshots, again"
 """The baseline run a second time in each round: how far two identical runs differ here (the
@@ -147,6 +160,34 @@ def paired_cost(per_rank: Sequence[Sequence[float]], *, every: int,
     return statistics.median(differences), statistics.median(clean), len(differences)
 
 
+def block_cost(per_rank: Sequence[Sequence[float]], *, block: int,
+               skip: int) -> tuple[float, float, int]:
+    """The median step with a snapshot after every step and the median step without, from one
+    run that snapshots after every step of every second run of ``block`` steps (steps
+    ``block`` to ``2 * block - 1``, ...; ``per_rank``: each rank's step times in step order),
+    over the whole runs after the first ``skip`` steps, the first step of each left out (it
+    has its own snapshot but not the copy of one before it, or that copy but no snapshot of
+    its own); and how many runs with snapshots were compared. Raises ValueError: ``block``
+    below :data:`BLOCK_MIN_STEPS`, or no run of either kind."""
+    if block < BLOCK_MIN_STEPS:
+        raise ValueError(f"--block-steps must be at least {BLOCK_MIN_STEPS}, got {block}")
+    with_snapshots: list[float] = []
+    without: list[float] = []
+    runs = 0
+    for seconds in per_rank:
+        for start in range(-(-skip // block) * block, len(seconds) - block + 1, block):
+            steps = seconds[start + 1 : start + block]
+            if (start // block) % 2:
+                with_snapshots += steps
+                runs += 1
+            else:
+                without += steps
+    if not with_snapshots or not without:
+        raise ValueError("no whole run of steps with snapshots and one without after the "
+                         "warm-up: more --steps")
+    return statistics.median(with_snapshots), statistics.median(without), runs
+
+
 def checkpoint_cpu(workdir: Path, *, ranks: int, warmup: float) -> list[float]:
     """The CPU seconds of each ``Session.checkpoint`` on each rank's training thread, as the
     job wrote them, after the first ``warmup`` share of each rank's (none: the job took no
@@ -160,12 +201,13 @@ def checkpoint_cpu(workdir: Path, *, ranks: int, warmup: float) -> list[float]:
     return seconds
 
 
-def _command(size: Size, every: int, workdir: Path, args: argparse.Namespace) -> list[str]:
+def _command(size: Size, snapshots: Sequence[str], workdir: Path,
+             args: argparse.Namespace) -> list[str]:
+    """The job's command line; ``snapshots``: its flags that say after which steps."""
     return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node",
             str(args.nproc_per_node), "--run-root", str(workdir / "runs"), "--rdzv-id", "bench",
             str(common.JOBS / "overhead_job.py"), "--steps", str(size.steps(args)), "--width",
-            str(size.width), "--batch", str(size.batch), "--mode", "session",
-            "--snapshot-every", str(every)]
+            str(size.width), "--batch", str(size.batch), "--mode", "session", *snapshots]
 
 
 def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -173,15 +215,20 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
     times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
     by_round: dict[str, list[float]] = {name: [] for name in times}  # each run's median
     paired: list[tuple[float, float, int]] = []  # each round's paired_cost
-    cpu: dict[str, list[float]] = {name: [] for name in [*times, "paired"]}  # checkpoint_cpu
+    blocks: list[tuple[float, float, int]] = []  # each round's block_cost
+    cpu: dict[str, list[float]] = {name: [] for name in [*times, "paired", "blocks"]}
     skip = max(1, int(size.steps(args) * args.warmup))
+    names = list(times)
     for number in range(args.rounds):
-        for name in times:
+        turn = number % len(names)
+        for name in names[turn:] + names[:turn]:
             every, env = VARIANTS[name]
             workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-", dir=root))
             measured = overhead.step_times(
-                f"{size.name}, {name}", _command(size, every, workdir, args), workdir=workdir,
-                ranks=args.nproc_per_node, skip=skip, timeout=args.timeout, env=env)
+                f"{size.name}, {name}", _command(size, ["--snapshot-every", str(every)],
+                                                 workdir, args),
+                workdir=workdir, ranks=args.nproc_per_node, skip=skip, timeout=args.timeout,
+                env=env)
             times[name] += measured
             by_round[name].append(statistics.median(measured))
             cpu[name] += checkpoint_cpu(workdir, ranks=args.nproc_per_node, warmup=args.warmup)
@@ -190,10 +237,20 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
         if args.paired_every:
             workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-paired-", dir=root))
             paired.append(paired_cost(overhead.rank_step_times(
-                f"{size.name}, paired", _command(size, args.paired_every, workdir, args),
+                f"{size.name}, paired",
+                _command(size, ["--snapshot-every", str(args.paired_every)], workdir, args),
                 workdir=workdir, ranks=args.nproc_per_node, timeout=args.timeout),
                 every=args.paired_every, skip=skip))
             cpu["paired"] += checkpoint_cpu(workdir, ranks=args.nproc_per_node,
+                                            warmup=args.warmup)
+        if args.block_steps:
+            workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-blocks-", dir=root))
+            blocks.append(block_cost(overhead.rank_step_times(
+                f"{size.name}, blocks",
+                _command(size, ["--snapshot-blocks", str(args.block_steps)], workdir, args),
+                workdir=workdir, ranks=args.nproc_per_node, timeout=args.timeout),
+                block=args.block_steps, skip=skip))
+            cpu["blocks"] += checkpoint_cpu(workdir, ranks=args.nproc_per_node,
                                             warmup=args.warmup)
     medians = {name: statistics.median(values) for name, values in times.items()}
     baseline = medians[BASELINE]
@@ -216,6 +273,7 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
         "floor_copy_seconds": floor, "floor_overhead": floor / baseline,
         "every_rank_copies_overhead": args.nproc_per_node * floor / baseline,
         **({"paired": _paired(paired, args.paired_every)} if paired else {}),
+        **({"blocks": _blocks(blocks, args.block_steps)} if blocks else {}),
     }
 
 
@@ -228,6 +286,19 @@ def _paired(rounds: list[tuple[float, float, int]], every: int) -> dict[str, Any
         "every": every, "snapshots_compared": sum(count for _, _, count in rounds),
         "snapshot_seconds": statistics.median(cost for cost, _, _ in rounds),
         "clean_step_seconds": statistics.median(step for _, step, _ in rounds),
+        "overhead": overhead_, "overhead_by_round": overheads, "met": overhead_ <= TARGET,
+    }
+
+
+def _blocks(rounds: list[tuple[float, float, int]], block: int) -> dict[str, Any]:
+    """The blocks estimate: each round's overhead within its run, and their median."""
+    overheads = [with_snapshots / without - 1 for with_snapshots, without, _ in rounds]
+    overhead_ = statistics.median(overheads)
+    return {
+        "steps": block, "runs_compared": sum(count for _, _, count in rounds),
+        "median_step_seconds": {
+            "shares, every step": statistics.median(value for value, _, _ in rounds),
+            BASELINE: statistics.median(value for _, value, _ in rounds)},
         "overhead": overhead_, "overhead_by_round": overheads, "met": overhead_ <= TARGET,
     }
 
@@ -246,7 +317,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                  "one replica's state copied once per step at memory bandwidth, measured after the "
                  "jobs" + (f"; paired: one more job a round with a snapshot every "
                            f"{args.paired_every}th step, each snapshot's two steps against the "
-                           "next two on the same rank" if args.paired_every else ""),
+                           "next two on the same rank" if args.paired_every else "")
+                 + (f"; blocks: one more job a round with a snapshot after every step of every "
+                    f"second run of {args.block_steps} steps, its steps in those runs against "
+                    "its steps in the others (the first of each left out)"
+                    if args.block_steps else "")
+                 + "; the runs of a round in another order each round",
         "target": TARGET, "sizes": sizes,
     }
 
@@ -257,6 +333,14 @@ def _paired_every(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"must be 0 or at least {PAIRED_MIN_EVERY}, got {every}")
     return every
+
+
+def _block_steps(text: str) -> int:
+    steps = int(text)
+    if steps != 0 and steps < BLOCK_MIN_STEPS:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 or at least {BLOCK_MIN_STEPS}, got {steps}")
+    return steps
 
 
 def parser() -> argparse.ArgumentParser:
@@ -274,6 +358,11 @@ def parser() -> argparse.ArgumentParser:
                         help="also run each size once a round with a snapshot every N-th step "
                              f"(N >= {PAIRED_MIN_EVERY}) and compare, within the run, each "
                              "snapshot's two steps with the next two (0: not)")
+    result.add_argument("--block-steps", type=_block_steps, default=10, metavar="K",
+                        help="also run each size once a round with a snapshot after every step "
+                             "of every second run of K steps (K >= "
+                             f"{BLOCK_MIN_STEPS}) and compare, within the run, its steps in "
+                             "those runs with its steps in the others (0: not)")
     return result
 
 

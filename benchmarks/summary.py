@@ -377,6 +377,16 @@ def _snapshot_overhead(lines: list[str]) -> None:
                 f"{paired['overhead']:+.1%} of a {paired['clean_step_seconds'] * 1000:.1f} ms "
                 f"step: {_verdict(paired['met'])} "
                 f"(by round {_percents(paired['overhead_by_round'])})")
+        if "blocks" in size:
+            blocks = size["blocks"]
+            medians = blocks["median_step_seconds"]
+            verdicts.append(
+                f"- {size['name']}, within each run (a snapshot after every step of every "
+                f"second run of {blocks['steps']} steps, shares; {blocks['runs_compared']} such "
+                f"runs against the runs between them): "
+                f"{medians['shares, every step'] * 1000:.1f} ms against "
+                f"{medians['no snapshots'] * 1000:.1f} ms, {blocks['overhead']:+.1%}: "
+                f"{_verdict(blocks['met'])} (by round {_percents(blocks['overhead_by_round'])})")
         if size.get("checkpoint_cpu_seconds"):
             verdicts.append(
                 f"- {size['name']}, CPU of a snapshot on the training thread (median): "

@@ -3,7 +3,10 @@
 The same script for every launcher. ``--mode plain`` is an unmodified torchrun script;
 ``session`` puts each step in ``Session.step`` (the step guard, heartbeats); ``run`` does the
 same under ``Session.run``. Snapshots only with ``--snapshot-every N`` (a session mode): then
-``Session.checkpoint`` after every N-th step, inside the timed step. Each rank
+``Session.checkpoint`` after every N-th step, inside the timed step; or with
+``--snapshot-blocks K``, after every step of every second run of K steps (steps K to 2K - 1,
+3K to 4K - 1, ...), so that one run holds steps with a snapshot every step and steps without
+any. Each rank
 writes the seconds from each step's start to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json``
 and, with snapshots, the CPU seconds of each ``Session.checkpoint`` on the training thread to
 ``checkpoint-cpu-<rank>.json``.
@@ -31,9 +34,20 @@ parser.add_argument("--batch", type=int, default=128)
 parser.add_argument("--mode", choices=("plain", "session", "run"), default="plain")
 parser.add_argument("--snapshot-every", type=int, default=0,
                     help="Session.checkpoint after every N-th step (0: never)")
+parser.add_argument("--snapshot-blocks", type=int, default=0, metavar="K",
+                    help="Session.checkpoint after every step of every second run of K steps "
+                         "(0: not)")
 args = parser.parse_args()
-if args.snapshot_every and args.mode == "plain":
-    parser.error("--snapshot-every needs --mode session or run")
+if (args.snapshot_every or args.snapshot_blocks) and args.mode == "plain":
+    parser.error("--snapshot-every and --snapshot-blocks need --mode session or run")
+if args.snapshot_every and args.snapshot_blocks:
+    parser.error("--snapshot-every and --snapshot-blocks exclude each other")
+
+
+def snapshot_after(step: int) -> bool:
+    if args.snapshot_blocks:
+        return (step // args.snapshot_blocks) % 2 == 1
+    return bool(args.snapshot_every) and (step + 1) % args.snapshot_every == 0
 
 torch.manual_seed(0)
 width = args.width
@@ -65,7 +79,7 @@ def train() -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        if session is not None and args.snapshot_every and (step + 1) % args.snapshot_every == 0:
+        if session is not None and snapshot_after(step):
             began = time.thread_time()
             session.checkpoint(state, step=step + 1)
             checkpoint_cpu.append(time.thread_time() - began)

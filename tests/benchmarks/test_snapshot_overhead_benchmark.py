@@ -48,9 +48,17 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert paired["overhead"] == pytest.approx(
         paired["snapshot_seconds"] / paired["clean_step_seconds"])
     assert paired["met"] == (paired["overhead"] <= snapshot_overhead.TARGET)
-    # each variant with snapshots, and the paired job, timed their snapshots' CPU
+    blocks = size["blocks"]
+    # runs of 10 steps from step 20 (the first 12 left out): those from 30, 50, ..., 110
+    # snapshot after every step, on each of 2 ranks
+    assert (blocks["steps"], blocks["runs_compared"]) == (10, 10)
+    block_medians = blocks["median_step_seconds"]
+    assert blocks["overhead"] == pytest.approx(
+        block_medians["shares, every step"] / block_medians["no snapshots"] - 1)
+    assert blocks["met"] == (blocks["overhead"] <= snapshot_overhead.TARGET)
+    # each variant with snapshots, and the paired and blocks jobs, timed their snapshots' CPU
     cpu = size["checkpoint_cpu_seconds"]
-    assert set(cpu) == {*asked, "paired"}
+    assert set(cpu) == {*asked, "paired", "blocks"}
     assert all(0 < seconds < 1 for seconds in cpu.values())
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
@@ -66,6 +74,10 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert (f"- demo, paired within each run (a snapshot every 4th step, shares; its two steps "
             f"against the next two, 52 snapshots): {paired['snapshot_seconds'] * 1000:.2f} ms "
             "per snapshot") in text
+    assert (f"- demo, within each run (a snapshot after every step of every second run of 10 "
+            f"steps, shares; 10 such runs against the runs between them): "
+            f"{block_medians['shares, every step'] * 1000:.1f} ms against "
+            f"{block_medians['no snapshots'] * 1000:.1f} ms, {blocks['overhead']:+.1%}") in text
     assert (f"- demo, CPU of a snapshot on the training thread (median): whole, every step "
             f"{cpu['whole, every step'] * 1e6:.0f} us, ") in text
 
@@ -94,6 +106,35 @@ def test_the_paired_cost_is_each_snapshots_two_steps_against_the_next_two() -> N
         snapshot_overhead.paired_cost([seconds], every=3, skip=0)
     with pytest.raises(ValueError, match="more --steps"):
         snapshot_overhead.paired_cost([seconds[:6]], every=4, skip=1)
+
+
+def test_the_block_cost_sets_the_runs_with_snapshots_against_those_without() -> None:
+    # Runs of 5 steps; every second one (steps 5-9, 15-19, ...) snapshots after each step,
+    # adding 2 s to it, and its copy behind adds 1 s to the step after it. The first step of
+    # each run is left out, so neither the run's first snapshot without a copy before it nor
+    # the copy after the last counts.
+    seconds = [10.0] * 40
+    for index in range(40):
+        if (index // 5) % 2:
+            seconds[index] += 2 + (1 if index % 5 else 0)
+        elif index and index % 5 == 0:
+            seconds[index] += 1
+    seconds[2] = 99.0  # in the warm-up, left out
+    with_snapshots, without, runs = snapshot_overhead.block_cost([seconds, seconds], block=5,
+                                                                 skip=3)
+    assert (with_snapshots, without, runs) == (13.0, 10.0, 2 * 4)  # runs from 5, 15, 25, 35
+    with pytest.raises(ValueError, match="at least 2"):
+        snapshot_overhead.block_cost([seconds], block=1, skip=0)
+    with pytest.raises(ValueError, match="more --steps"):
+        snapshot_overhead.block_cost([seconds[:9]], block=5, skip=0)
+
+
+def test_block_steps_must_leave_a_step_after_the_first_of_each_run(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        snapshot_overhead.parser().parse_args(["--block-steps", "1"])
+    assert "must be 0 or at least 2, got 1" in capsys.readouterr().err
+    assert snapshot_overhead.parser().parse_args(["--block-steps", "0"]).block_steps == 0
 
 
 def test_paired_every_must_leave_two_clean_steps_after_each_snapshot(
