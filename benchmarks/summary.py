@@ -383,9 +383,10 @@ def _snapshot_overhead(lines: list[str]) -> None:
             verdicts.append(
                 f"- {size['name']}, within each run (a snapshot after every step of every "
                 f"second run of {blocks['steps']} steps, shares; {blocks['runs_compared']} such "
-                f"runs against the runs between them): "
+                f"runs against the runs between them): the rounds' median steps "
                 f"{medians['shares, every step'] * 1000:.1f} ms against "
-                f"{medians['no snapshots'] * 1000:.1f} ms, {blocks['overhead']:+.1%}: "
+                f"{medians['no snapshots'] * 1000:.1f} ms; the median of the rounds' "
+                f"overheads {blocks['overhead']:+.1%}: "
                 f"{_verdict(blocks['met'])} (by round {_percents(blocks['overhead_by_round'])})")
         if size.get("checkpoint_cpu_seconds"):
             verdicts.append(

@@ -75,9 +75,10 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
             f"against the next two, 52 snapshots): {paired['snapshot_seconds'] * 1000:.2f} ms "
             "per snapshot") in text
     assert (f"- demo, within each run (a snapshot after every step of every second run of 10 "
-            f"steps, shares; 10 such runs against the runs between them): "
-            f"{block_medians['shares, every step'] * 1000:.1f} ms against "
-            f"{block_medians['no snapshots'] * 1000:.1f} ms, {blocks['overhead']:+.1%}") in text
+            f"steps, shares; 10 such runs against the runs between them): the rounds' median "
+            f"steps {block_medians['shares, every step'] * 1000:.1f} ms against "
+            f"{block_medians['no snapshots'] * 1000:.1f} ms; the median of the rounds' overheads "
+            f"{blocks['overhead']:+.1%}") in text
     assert (f"- demo, CPU of a snapshot on the training thread (median): whole, every step "
             f"{cpu['whole, every step'] * 1e6:.0f} us, ") in text
 
