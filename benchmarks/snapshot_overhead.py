@@ -48,12 +48,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,9 +215,18 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
     chosen = {BASELINE, CONTROL, *(args.variants or VARIANTS)}
     times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
     by_round: dict[str, list[float]] = {name: [] for name in times}  # each run's median
-    paired: list[tuple[float, float, int]] = []  # each round's paired_cost
-    blocks: list[tuple[float, float, int]] = []  # each round's block_cost
-    cpu: dict[str, list[float]] = {name: [] for name in [*times, "paired", "blocks"]}
+    # Each estimate made within one run: the job's flags for it, and its cost from each
+    # rank's step times (paired_cost or block_cost); each round's cost.
+    estimates: dict[str, tuple[list[str], Callable[..., tuple[float, float, int]]]] = {
+        name: spec for name, spec, wanted in (
+            ("paired", (["--snapshot-every", str(args.paired_every)],
+                        functools.partial(paired_cost, every=args.paired_every)),
+             args.paired_every),
+            ("blocks", (["--snapshot-blocks", str(args.block_steps)],
+                        functools.partial(block_cost, block=args.block_steps)),
+             args.block_steps)) if wanted}
+    within: dict[str, list[tuple[float, float, int]]] = {name: [] for name in estimates}
+    cpu: dict[str, list[float]] = {name: [] for name in [*times, *estimates]}  # checkpoint_cpu
     skip = max(1, int(size.steps(args) * args.warmup))
     names = list(times)
     for number in range(args.rounds):
@@ -234,24 +244,12 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
             cpu[name] += checkpoint_cpu(workdir, ranks=args.nproc_per_node, warmup=args.warmup)
             print(f"[snapshot-overhead] round {number + 1}: {size.name}, {name} done",
                   file=sys.stderr, flush=True)
-        if args.paired_every:
-            workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-paired-", dir=root))
-            paired.append(paired_cost(overhead.rank_step_times(
-                f"{size.name}, paired",
-                _command(size, ["--snapshot-every", str(args.paired_every)], workdir, args),
-                workdir=workdir, ranks=args.nproc_per_node, timeout=args.timeout),
-                every=args.paired_every, skip=skip))
-            cpu["paired"] += checkpoint_cpu(workdir, ranks=args.nproc_per_node,
-                                            warmup=args.warmup)
-        if args.block_steps:
-            workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-blocks-", dir=root))
-            blocks.append(block_cost(overhead.rank_step_times(
-                f"{size.name}, blocks",
-                _command(size, ["--snapshot-blocks", str(args.block_steps)], workdir, args),
-                workdir=workdir, ranks=args.nproc_per_node, timeout=args.timeout),
-                block=args.block_steps, skip=skip))
-            cpu["blocks"] += checkpoint_cpu(workdir, ranks=args.nproc_per_node,
-                                            warmup=args.warmup)
+        for name, (flags, cost) in estimates.items():
+            workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-{name}-", dir=root))
+            within[name].append(cost(overhead.rank_step_times(
+                f"{size.name}, {name}", _command(size, flags, workdir, args), workdir=workdir,
+                ranks=args.nproc_per_node, timeout=args.timeout), skip=skip))
+            cpu[name] += checkpoint_cpu(workdir, ranks=args.nproc_per_node, warmup=args.warmup)
     medians = {name: statistics.median(values) for name, values in times.items()}
     baseline = medians[BASELINE]
     overheads = {name: median / baseline - 1 for name, median in medians.items()
@@ -272,8 +270,10 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
                                    for name, values in cpu.items() if values},
         "floor_copy_seconds": floor, "floor_overhead": floor / baseline,
         "every_rank_copies_overhead": args.nproc_per_node * floor / baseline,
-        **({"paired": _paired(paired, args.paired_every)} if paired else {}),
-        **({"blocks": _blocks(blocks, args.block_steps)} if blocks else {}),
+        **({"paired": _paired(within["paired"], args.paired_every)} if "paired" in within
+           else {}),
+        **({"blocks": _blocks(within["blocks"], args.block_steps)} if "blocks" in within
+           else {}),
     }
 
 
@@ -327,20 +327,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def _paired_every(text: str) -> int:
-    every = int(text)
-    if every != 0 and every < PAIRED_MIN_EVERY:
-        raise argparse.ArgumentTypeError(
-            f"must be 0 or at least {PAIRED_MIN_EVERY}, got {every}")
-    return every
-
-
-def _block_steps(text: str) -> int:
-    steps = int(text)
-    if steps != 0 and steps < BLOCK_MIN_STEPS:
-        raise argparse.ArgumentTypeError(
-            f"must be 0 or at least {BLOCK_MIN_STEPS}, got {steps}")
-    return steps
+def _zero_or_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number, 0 (off) or at least ``minimum``."""
+    def number(text: str) -> int:
+        value = int(text)
+        if value != 0 and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be 0 or at least {minimum}, got {value}")
+        return value
+    return number
 
 
 def parser() -> argparse.ArgumentParser:
@@ -353,12 +347,13 @@ def parser() -> argparse.ArgumentParser:
                         choices=[name for name in VARIANTS if name not in (BASELINE, CONTROL)],
                         help=f"measure only these ({BASELINE!r}, the baseline, and {CONTROL!r}, "
                              "the noise, always); default: all")
-    result.add_argument("--paired-every", type=_paired_every, default=PAIRED_MIN_EVERY,
-                        metavar="N",
+    result.add_argument("--paired-every", type=_zero_or_at_least(PAIRED_MIN_EVERY),
+                        default=PAIRED_MIN_EVERY, metavar="N",
                         help="also run each size once a round with a snapshot every N-th step "
                              f"(N >= {PAIRED_MIN_EVERY}) and compare, within the run, each "
                              "snapshot's two steps with the next two (0: not)")
-    result.add_argument("--block-steps", type=_block_steps, default=10, metavar="K",
+    result.add_argument("--block-steps", type=_zero_or_at_least(BLOCK_MIN_STEPS), default=10,
+                        metavar="K",
                         help="also run each size once a round with a snapshot after every step "
                              "of every second run of K steps (K >= "
                              f"{BLOCK_MIN_STEPS}) and compare, within the run, its steps in "

@@ -130,20 +130,16 @@ def test_the_block_cost_sets_the_runs_with_snapshots_against_those_without() -> 
         snapshot_overhead.block_cost([seconds[:9]], block=5, skip=0)
 
 
-def test_block_steps_must_leave_a_step_after_the_first_of_each_run(
-        capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("flag", "least"), [("--block-steps", 2), ("--paired-every", 4)])
+def test_the_estimates_within_a_run_take_0_or_enough_steps_between_snapshots(
+        capsys: pytest.CaptureFixture[str], flag: str, least: int) -> None:
+    # --block-steps: a step after the first of each run; --paired-every: two clean steps
+    # after each snapshot.
     with pytest.raises(SystemExit):
-        snapshot_overhead.parser().parse_args(["--block-steps", "1"])
-    assert "must be 0 or at least 2, got 1" in capsys.readouterr().err
-    assert snapshot_overhead.parser().parse_args(["--block-steps", "0"]).block_steps == 0
-
-
-def test_paired_every_must_leave_two_clean_steps_after_each_snapshot(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        snapshot_overhead.parser().parse_args(["--paired-every", "3"])
-    assert "must be 0 or at least 4, got 3" in capsys.readouterr().err
-    assert snapshot_overhead.parser().parse_args(["--paired-every", "0"]).paired_every == 0
+        snapshot_overhead.parser().parse_args([flag, str(least - 1)])
+    assert f"must be 0 or at least {least}, got {least - 1}" in capsys.readouterr().err
+    parsed = snapshot_overhead.parser().parse_args([flag, "0"])
+    assert getattr(parsed, flag.removeprefix("--").replace("-", "_")) == 0
 
 
 def test_the_large_size_holds_about_75_megabytes_per_rank() -> None:
