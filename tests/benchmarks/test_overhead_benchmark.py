@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import common, overhead, summary
+from benchmarks import common, overhead, summary_costs
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +40,7 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_torchrun(
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     lines: list[str] = []
-    summary._overhead(lines)
+    summary_costs.overhead(lines)
     text = "\n".join(lines)
     assert "python -m benchmarks.overhead --nproc-per-node 2 --steps 20" in text
     assert "| trainguard-session-run |" in text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import common, snapshot_overhead, summary
+from benchmarks import common, snapshot_overhead, summary_costs
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +63,7 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     lines: list[str] = []
-    summary._snapshot_overhead(lines)
+    summary_costs.snapshot_overhead(lines)
     text = "\n".join(lines)
     assert "python -m benchmarks.snapshot_overhead --nproc-per-node 2 --steps 12" in text
     assert "| demo (2.4 MB) |" in text
