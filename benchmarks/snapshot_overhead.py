@@ -32,7 +32,10 @@ estimate, which sets the same job with and without snapshots in one run: one mor
 round that snapshots after every step of every second run of ``--block-steps`` steps; the
 median step of those runs against the median step of the runs between them (the first step of
 each run left out: it carries the switch, a snapshot's copy still behind or none yet), each
-round on its own. It answers the question of the target (a snapshot every step against none)
+round on its own; and each run with snapshots against the mean of the two runs on either side
+of it, whose mean over every round and its 95% interval (bootstrap) decide: met when the
+interval lies at or under the target, not met when it lies above, else not resolved. It
+answers the question of the target (a snapshot every step against none)
 without the difference between runs (two identical runs' medians differed by -10.0% and
 +11.7% in two rounds of one recording here, more than the target) and without the order in
 which a round's runs go (which is turned by one at each round). What it leaves out is what
@@ -50,6 +53,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -64,8 +68,11 @@ from torch import nn
 from benchmarks import common, overhead
 
 __all__ = ["BASELINE", "BLOCK_MIN_STEPS", "CONTROL", "PAIRED_MIN_EVERY", "SIZES", "TARGET",
-           "VARIANTS", "Size", "block_cost", "checkpoint_cpu", "copy_seconds", "main",
-           "paired_cost", "state_bytes"]
+           "VARIANTS", "RankTimes", "Size", "block_cost", "block_differences", "checkpoint_cpu",
+           "copy_seconds", "main", "mean_interval", "paired_cost", "state_bytes"]
+
+RankTimes = list[list[float]]
+"""One run's step times: each rank's, in step order."""
 
 NAME = "snapshot-overhead"
 TARGET = 0.05  # a snapshot variant's median step may be at most this much slower
@@ -189,6 +196,34 @@ def block_cost(per_rank: Sequence[Sequence[float]], *, block: int,
     return statistics.median(with_snapshots), statistics.median(without), runs
 
 
+def block_differences(per_rank: Sequence[Sequence[float]], *, block: int,
+                      skip: int) -> list[float]:
+    """From the same run as :func:`block_cost`: each run of steps with snapshots against the
+    two runs without on either side of it, its median step over the mean of theirs, minus 1.
+    Neighbours only, so that a machine that slows down for seconds slows both sides of a
+    difference alike. The ranks step together (DDP), so each step's time is the median of the
+    ranks' (each run's first step left out, as there)."""
+    steps = [statistics.median(times) for times in zip(*per_rank, strict=False)]
+    medians = {start // block: statistics.median(steps[start + 1 : start + block])
+               for start in range(-(-skip // block) * block, len(steps) - block + 1, block)}
+    return [medians[index] / ((medians[index - 1] + medians[index + 1]) / 2) - 1
+            for index in sorted(medians)
+            if index % 2 and index - 1 in medians and index + 1 in medians]
+
+
+def mean_interval(values: Sequence[float], *, resamples: int = 4000,
+                  seed: int = 0) -> tuple[float, float]:
+    """The 95% interval of the mean of ``values``, by resampling them (the bootstrap's
+    percentiles; a fixed seed, so that a recording renders the same every time): the noise
+    here is neither normal nor steady, so no distribution is assumed."""
+    if len(values) < 2:
+        raise ValueError(f"an interval needs at least 2 values, got {len(values)}")
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values)))
+                   for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
 def checkpoint_cpu(workdir: Path, *, ranks: int, warmup: float) -> list[float]:
     """The CPU seconds of each ``Session.checkpoint`` on each rank's training thread, as the
     job wrote them, after the first ``warmup`` share of each rank's (none: the job took no
@@ -215,19 +250,19 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
     chosen = {BASELINE, CONTROL, *(args.variants or VARIANTS)}
     times: dict[str, list[float]] = {name: [] for name in VARIANTS if name in chosen}
     by_round: dict[str, list[float]] = {name: [] for name in times}  # each run's median
-    # Each estimate made within one run: the job's flags for it, and its cost from each
-    # rank's step times (paired_cost or block_cost); each round's cost.
-    estimates: dict[str, tuple[list[str], Callable[..., tuple[float, float, int]]]] = {
+    skip = max(1, int(size.steps(args) * args.warmup))
+    # Each estimate made within one run: the job's flags for it, and what it makes of each
+    # round's step times (each rank's, in step order).
+    estimates: dict[str, tuple[list[str], Callable[[list[RankTimes]], dict[str, Any]]]] = {
         name: spec for name, spec, wanted in (
             ("paired", (["--snapshot-every", str(args.paired_every)],
-                        functools.partial(paired_cost, every=args.paired_every)),
+                        functools.partial(_paired, every=args.paired_every, skip=skip)),
              args.paired_every),
             ("blocks", (["--snapshot-blocks", str(args.block_steps)],
-                        functools.partial(block_cost, block=args.block_steps)),
+                        functools.partial(_blocks, block=args.block_steps, skip=skip)),
              args.block_steps)) if wanted}
-    within: dict[str, list[tuple[float, float, int]]] = {name: [] for name in estimates}
+    within: dict[str, list[RankTimes]] = {name: [] for name in estimates}
     cpu: dict[str, list[float]] = {name: [] for name in [*times, *estimates]}  # checkpoint_cpu
-    skip = max(1, int(size.steps(args) * args.warmup))
     names = list(times)
     for number in range(args.rounds):
         turn = number % len(names)
@@ -244,11 +279,11 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
             cpu[name] += checkpoint_cpu(workdir, ranks=args.nproc_per_node, warmup=args.warmup)
             print(f"[snapshot-overhead] round {number + 1}: {size.name}, {name} done",
                   file=sys.stderr, flush=True)
-        for name, (flags, cost) in estimates.items():
+        for name, (flags, _) in estimates.items():
             workdir = Path(tempfile.mkdtemp(prefix=f"{size.name}-{name}-", dir=root))
-            within[name].append(cost(overhead.rank_step_times(
+            within[name].append(overhead.rank_step_times(
                 f"{size.name}, {name}", _command(size, flags, workdir, args), workdir=workdir,
-                ranks=args.nproc_per_node, timeout=args.timeout), skip=skip))
+                ranks=args.nproc_per_node, timeout=args.timeout))
             cpu[name] += checkpoint_cpu(workdir, ranks=args.nproc_per_node, warmup=args.warmup)
     medians = {name: statistics.median(values) for name, values in times.items()}
     baseline = medians[BASELINE]
@@ -270,36 +305,43 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
                                    for name, values in cpu.items() if values},
         "floor_copy_seconds": floor, "floor_overhead": floor / baseline,
         "every_rank_copies_overhead": args.nproc_per_node * floor / baseline,
-        **({"paired": _paired(within["paired"], args.paired_every)} if "paired" in within
-           else {}),
-        **({"blocks": _blocks(within["blocks"], args.block_steps)} if "blocks" in within
-           else {}),
+        **{name: summarize(within[name]) for name, (_, summarize) in estimates.items()},
     }
 
 
-def _paired(rounds: list[tuple[float, float, int]], every: int) -> dict[str, Any]:
+def _paired(rounds: list[RankTimes], *, every: int, skip: int) -> dict[str, Any]:
     """The paired estimate over every round (each round's median cost against its own clean
     step), and each round's."""
-    overheads = [cost / step for cost, step, _ in rounds]
+    costs = [paired_cost(times, every=every, skip=skip) for times in rounds]
+    overheads = [cost / step for cost, step, _ in costs]
     overhead_ = statistics.median(overheads)
     return {
-        "every": every, "snapshots_compared": sum(count for _, _, count in rounds),
-        "snapshot_seconds": statistics.median(cost for cost, _, _ in rounds),
-        "clean_step_seconds": statistics.median(step for _, step, _ in rounds),
+        "every": every, "snapshots_compared": sum(count for _, _, count in costs),
+        "snapshot_seconds": statistics.median(cost for cost, _, _ in costs),
+        "clean_step_seconds": statistics.median(step for _, step, _ in costs),
         "overhead": overhead_, "overhead_by_round": overheads, "met": overhead_ <= TARGET,
     }
 
 
-def _blocks(rounds: list[tuple[float, float, int]], block: int) -> dict[str, Any]:
-    """The blocks estimate: each round's overhead within its run, and their median."""
-    overheads = [with_snapshots / without - 1 for with_snapshots, without, _ in rounds]
-    overhead_ = statistics.median(overheads)
+def _blocks(rounds: list[RankTimes], *, block: int, skip: int) -> dict[str, Any]:
+    """The blocks estimate: each round's overhead within its run, and their median; and over
+    every round, each run with snapshots against its neighbours (:func:`block_differences`),
+    with the 95% interval of their mean, which decides: met when it lies at or under the
+    target, not met when above it, else not resolved by this recording."""
+    costs = [block_cost(times, block=block, skip=skip) for times in rounds]
+    overheads = [with_snapshots / without - 1 for with_snapshots, without, _ in costs]
+    differences = [value for times in rounds
+                   for value in block_differences(times, block=block, skip=skip)]
+    low, high = mean_interval(differences)
     return {
-        "steps": block, "runs_compared": sum(count for _, _, count in rounds),
+        "steps": block, "runs_compared": sum(count for _, _, count in costs),
         "median_step_seconds": {
-            "shares, every step": statistics.median(value for value, _, _ in rounds),
-            BASELINE: statistics.median(value for _, value, _ in rounds)},
-        "overhead": overhead_, "overhead_by_round": overheads, "met": overhead_ <= TARGET,
+            "shares, every step": statistics.median(value for value, _, _ in costs),
+            BASELINE: statistics.median(value for _, value, _ in costs)},
+        "overhead_by_round": overheads, "median_of_rounds": statistics.median(overheads),
+        "neighbours_compared": len(differences), "overhead": statistics.fmean(differences),
+        "interval": [low, high], "met": high <= TARGET,
+        "verdict": "met" if high <= TARGET else "not met" if low > TARGET else "not resolved",
     }
 
 

@@ -128,14 +128,24 @@ def snapshot_overhead(lines: list[str]) -> None:
         if "blocks" in size:
             blocks = size["blocks"]
             medians = blocks["median_step_seconds"]
+            # Recordings before 2026-12-04 09:00 had no interval: their verdict was the median
+            # of the rounds' overheads.
+            interval = blocks.get("interval")
+            decided = (f"each against its neighbours, {blocks['neighbours_compared']} runs: mean "
+                       f"{blocks['overhead']:+.1%}, 95% interval {interval[0]:+.1%} to "
+                       f"{interval[1]:+.1%}: "
+                       + ("**not resolved**" if blocks["verdict"] == "not resolved"
+                          else verdict(blocks["met"] or blocks["verdict"] == "met"))
+                       if interval else
+                       f"the median of the rounds' overheads {blocks['overhead']:+.1%}: "
+                       f"{verdict(blocks['met'])}")
             verdicts.append(
                 f"- {size['name']}, within each run (a snapshot after every step of every "
                 f"second run of {blocks['steps']} steps, shares; {blocks['runs_compared']} such "
                 f"runs against the runs between them): the rounds' median steps "
                 f"{medians['shares, every step'] * 1000:.1f} ms against "
-                f"{medians['no snapshots'] * 1000:.1f} ms; the median of the rounds' "
-                f"overheads {blocks['overhead']:+.1%}: "
-                f"{verdict(blocks['met'])} (by round {percents(blocks['overhead_by_round'])})")
+                f"{medians['no snapshots'] * 1000:.1f} ms; {decided} "
+                f"(by round {percents(blocks['overhead_by_round'])})")
         if size.get("checkpoint_cpu_seconds"):
             verdicts.append(
                 f"- {size['name']}, CPU of a snapshot on the training thread (median): "

@@ -4,6 +4,7 @@ measurement: ``python -m benchmarks.snapshot_overhead``)."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -50,12 +51,18 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert paired["met"] == (paired["overhead"] <= snapshot_overhead.TARGET)
     blocks = size["blocks"]
     # runs of 10 steps from step 20 (the first 12 left out): those from 30, 50, ..., 110
-    # snapshot after every step, on each of 2 ranks
-    assert (blocks["steps"], blocks["runs_compared"]) == (10, 10)
+    # snapshot after every step, on each of 2 ranks; those from 30 to 90 have a run without
+    # on either side
+    assert (blocks["steps"], blocks["runs_compared"], blocks["neighbours_compared"]) == (
+        10, 10, 4)
     block_medians = blocks["median_step_seconds"]
-    assert blocks["overhead"] == pytest.approx(
+    assert blocks["median_of_rounds"] == pytest.approx(
         block_medians["shares, every step"] / block_medians["no snapshots"] - 1)
-    assert blocks["met"] == (blocks["overhead"] <= snapshot_overhead.TARGET)
+    low, high = blocks["interval"]
+    assert low <= blocks["overhead"] <= high
+    assert blocks["met"] == (high <= snapshot_overhead.TARGET)
+    assert blocks["verdict"] == ("met" if blocks["met"] else "not met"
+                                 if low > snapshot_overhead.TARGET else "not resolved")
     # each variant with snapshots, and the paired and blocks jobs, timed their snapshots' CPU
     cpu = size["checkpoint_cpu_seconds"]
     assert set(cpu) == {*asked, "paired", "blocks"}
@@ -77,8 +84,8 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert (f"- demo, within each run (a snapshot after every step of every second run of 10 "
             f"steps, shares; 10 such runs against the runs between them): the rounds' median "
             f"steps {block_medians['shares, every step'] * 1000:.1f} ms against "
-            f"{block_medians['no snapshots'] * 1000:.1f} ms; the median of the rounds' overheads "
-            f"{blocks['overhead']:+.1%}") in text
+            f"{block_medians['no snapshots'] * 1000:.1f} ms; each against its neighbours, 4 runs: "
+            f"mean {blocks['overhead']:+.1%}, 95% interval {low:+.1%} to {high:+.1%}: ") in text
     assert (f"- demo, CPU of a snapshot on the training thread (median): whole, every step "
             f"{cpu['whole, every step'] * 1e6:.0f} us, ") in text
 
@@ -128,6 +135,34 @@ def test_the_block_cost_sets_the_runs_with_snapshots_against_those_without() -> 
         snapshot_overhead.block_cost([seconds], block=1, skip=0)
     with pytest.raises(ValueError, match="more --steps"):
         snapshot_overhead.block_cost([seconds[:9]], block=5, skip=0)
+
+
+def test_each_run_with_snapshots_is_set_against_its_neighbours_step_by_step() -> None:
+    # Runs of 4 steps; the machine slows by 1 s a run, which the neighbours cancel; the runs
+    # with snapshots (steps 4-7, 12-15, ...) are 10% slower. Rank 1 is slower at step 9 alone:
+    # the median of the ranks' steps is that of ranks 0 and 2.
+    base = [10.0 + index // 4 for index in range(32)]
+    seconds = [value * (1.1 if (index // 4) % 2 else 1.0) for index, value in enumerate(base)]
+    ranks = [seconds, [*seconds[:9], 99.0, *seconds[10:]], seconds]
+    differences = snapshot_overhead.block_differences(ranks, block=4, skip=1)
+    # after the warm-up, runs from 12 and 20 have a neighbour on either side; the runs from 4
+    # (the first left in) and 28 (the last) do not
+    assert differences == pytest.approx([0.1, 0.1])
+    assert snapshot_overhead.block_differences(ranks, block=4, skip=0) == pytest.approx(
+        [0.1, 0.1, 0.1])
+
+
+def test_the_interval_of_the_mean_holds_it_and_narrows_with_more_values() -> None:
+    values = [0.02, 0.05, -0.01, 0.03, 0.04, 0.00, 0.06, 0.01]
+    low, high = snapshot_overhead.mean_interval(values)
+    assert min(values) < low < statistics.fmean(values) < high < max(values)
+    assert snapshot_overhead.mean_interval(values) == (low, high)  # the same every time
+    wider = snapshot_overhead.mean_interval(values[:4])
+    narrower = snapshot_overhead.mean_interval(values * 8)
+    assert narrower[1] - narrower[0] < high - low < wider[1] - wider[0]
+    assert snapshot_overhead.mean_interval([0.03, 0.03]) == (0.03, 0.03)
+    with pytest.raises(ValueError, match="at least 2 values"):
+        snapshot_overhead.mean_interval([0.1])
 
 
 @pytest.mark.parametrize(("flag", "least"), [("--block-steps", 2), ("--paired-every", 4)])
