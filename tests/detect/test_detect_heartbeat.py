@@ -456,6 +456,27 @@ def test_overdue_lists_the_longest_silent_first() -> None:
     assert [(o.rank, o.silent_seconds) for o in late] == [(2, 70.0), (0, 66.0)]
 
 
+def test_ranks_told_to_leave_get_the_deadline_of_what_they_are_doing() -> None:
+    # A rank leaves at its step's next collective, or at its next step boundary.
+    settings = dataclasses.replace(SETTINGS, idle_timeout=300.0)
+    detector = _detector(settings)
+    for rank in range(4):
+        detector.start(rank, at=0.0)
+    assert detector.leave_deadline([0, 1]) == 30.0  # starting: the startup timeout
+    _steps(detector, 0, [0.0, 0.01, 0.02])  # in a step of 10 ms ones: the floor
+    assert detector.leave_deadline([0]) == 2.0
+    _steps(detector, 1, [0.0, 1.0])  # in a step, the longest interval 1 s
+    assert detector.leave_deadline([0, 1]) == 10.0
+    detector.mark(2, BEGIN, at=0.0)
+    detector.mark(2, END, at=0.5)  # between steps: the idle timeout
+    assert detector.leave_deadline([0, 2]) == 300.0
+    detector.activity(3, CHECKPOINT, True, at=1.0)  # busy: its kind's deadline
+    assert detector.leave_deadline([0, 3]) == 120.0
+    detector.forget(0, at=2.0)
+    assert detector.leave_deadline([0]) == 60.0  # none watched: the cap
+    assert detector.leave_deadline([]) == 60.0
+
+
 # --- properties ---------------------------------------------------------------------------------
 
 positive = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False)

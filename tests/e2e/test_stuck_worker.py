@@ -1,6 +1,8 @@
-"""A rank that does not leave its generation when told (asleep between steps, where cutting
-its connections does not reach it): the recovery gives up after --leave-timeout, saying which
-rank, and that rank's threads' stacks appear in its output, so whatever held it is seen."""
+"""A rank that does not leave its generation when told: the recovery gives up on it, saying
+which rank, and that rank's threads' stacks appear in its output, so whatever held it is seen.
+Asleep between steps, where cutting its connections does not reach it, it is waited for up to
+--leave-timeout; asleep inside a step (as in a wait that the cut does not end), no longer than
+its step deadline (2 s at these steps), whatever --leave-timeout says."""
 
 from __future__ import annotations
 
@@ -11,10 +13,15 @@ from tests.e2e.jobs import SCRIPTS, Start
 pytestmark = pytest.mark.e2e
 
 
-def test_a_rank_that_does_not_leave_is_named_with_its_stacks(run_job: Start) -> None:
-    job = run_job("--nproc-per-node", "2", "--max-restarts", "2", "--leave-timeout", "2",
+@pytest.mark.parametrize(("agent_flags", "job_flags"), [
+    (("--leave-timeout", "2"), ("--stuck-after", "10")),
+    ((), ("--stuck-in", "11")),
+], ids=["between-steps", "inside-a-step"])
+def test_a_rank_that_does_not_leave_is_named_with_its_stacks(
+        run_job: Start, agent_flags: tuple[str, ...], job_flags: tuple[str, ...]) -> None:
+    job = run_job("--nproc-per-node", "2", "--max-restarts", "2", *agent_flags,
                   "--inject", "crash:0:11", str(SCRIPTS / "inprocess_job.py"),
-                  "--steps", "30", "--stuck-after", "10", "--step-sleep", "0.05")
+                  "--steps", "30", *job_flags, "--step-sleep", "0.05")
     assert job.wait() == 0, job.output()
     output = job.output()
     assert "ranks [1] did not leave generation 0 within 2 s (their threads' stacks are in " \

@@ -345,7 +345,7 @@ class NodeAgent:
         """Until every survivor has left ``generation`` and every other process has exited.
 
         Raises:
-            process.RecoveryError: a survivor exited meanwhile, or the leave timeout passed.
+            process.RecoveryError: a survivor exited meanwhile, or did not leave in time.
         """
         def settled() -> bool:
             if any(not w.alive for w in survivors):
@@ -353,7 +353,12 @@ class NodeAgent:
             return all(w.left is not None for w in survivors) and not any(
                 w.alive for w in generation.workers.values() if w not in survivors)
 
-        await self._wait_changed(settled, self.settings.leave_timeout)
+        # A survivor gets what it is doing may take, and never more than leave_timeout: gloo
+        # can leave DDP waiting for an allreduce that neither ends nor fails once cut
+        # (docs/architecture.md), and the step's deadline gives up on it sooner.
+        timeout = min(self.settings.leave_timeout,
+                      self._detector.leave_deadline(w.rank for w in survivors))
+        await self._wait_changed(settled, timeout)
         gone = [w.rank for w in survivors if not w.alive]
         if gone:
             raise process.RecoveryError(
@@ -362,7 +367,7 @@ class NodeAgent:
             waiting = [w for w in survivors if w.left is None]
             what = (f"ranks {[w.rank for w in waiting]} did not leave generation "
                     f"{generation.number}" if waiting else "replaced processes did not exit")
-            what += f" within {self.settings.leave_timeout:.0f} s"
+            what += f" within {timeout:.0f} s"
             if waiting:
                 await self._dump_stacks(waiting)
                 what += " (their threads' stacks are in their output)"

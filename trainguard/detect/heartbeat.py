@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Iterable
 
 from trainguard.ipc import messages
 
@@ -186,26 +187,33 @@ class HangDetector:
         held_up = any(state.holding_up for state in self._ranks.values())
         late: list[Overdue] = []
         for rank, state in self._ranks.items():
-            if state.stopped_since is not None:
-                since, allowed, waiting = (
-                    state.stopped_since, self.settings.stopped_timeout,
-                    f"its stopped process to continue (in {self._doing(state)})")
-            elif state.busy is not None:
-                since, allowed, waiting = (
-                    state.busy_since, self.busy_deadline(state.busy), str(state.busy))
-            elif state.last_mark is None:
-                since, allowed, waiting = (
-                    state.started_at, self.settings.startup_timeout, "first mark")
-            elif held_up:
+            if held_up and state.stopped_since is None and not state.holding_up:
                 continue  # waiting for a rank that is starting or busy is no hang
-            elif state.in_step:
-                since, allowed, waiting = state.last_mark, self.step_deadline(), "end of step"
-            else:
-                since, allowed, waiting = (
-                    state.last_mark, self.settings.idle_timeout, "next step")
+            since, allowed, waiting = self._allowance(state)
             if now - since > allowed:
                 late.append(Overdue(rank, now - since, allowed, waiting))
         return sorted(late, key=lambda overdue: -overdue.silent_seconds)
+
+    def leave_deadline(self, ranks: Iterable[int]) -> float:
+        """Seconds ``ranks`` may take to leave their generation once told to. A rank leaves at
+        its step's next collective (which fails at once, its connections cut) or at its next
+        step boundary, so each gets the deadline of what it is doing (its step, its busy work,
+        the wait for its next step); the longest of theirs, ``cap`` when none is watched."""
+        return max((self._allowance(state)[1] for rank in ranks
+                    if (state := self._ranks.get(rank)) is not None), default=self.settings.cap)
+
+    def _allowance(self, state: _RankState) -> tuple[float, float, str]:
+        """Since when, for how many seconds and waiting for what a rank may stay silent."""
+        if state.stopped_since is not None:
+            return (state.stopped_since, self.settings.stopped_timeout,
+                    f"its stopped process to continue (in {self._doing(state)})")
+        if state.busy is not None:
+            return state.busy_since, self.busy_deadline(state.busy), str(state.busy)
+        if state.last_mark is None:
+            return state.started_at, self.settings.startup_timeout, "first mark"
+        if state.in_step:
+            return state.last_mark, self.step_deadline(), "end of step"
+        return state.last_mark, self.settings.idle_timeout, "next step"
 
     @staticmethod
     def _doing(state: _RankState) -> str:

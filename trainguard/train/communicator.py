@@ -10,7 +10,8 @@ a gloo generation is left in two moves:
 
 * its connected TCP sockets are shut down (``shutdown(2)`` on a duplicate descriptor): every
   pending and later collective on them fails at once, here and at every peer, which then cuts
-  its own;
+  its own (nearly always: DDP can stay waiting for an allreduce that neither ends nor fails,
+  which the agent gives up on after the step's deadline; docs/architecture.md);
 * the process group and whatever holds it are kept alive, never destroyed (a few megabytes per
   left generation: the gradient buckets of a DDP model), and the next generation opens a new one.
   Not even at exit (:func:`abandon`): the interpreter's teardown would run the same destructors,

@@ -4,7 +4,8 @@ Every process prints ``pid RANK PID started with N`` when it starts (N: the proc
 agent started with it), so a test can tell which processes a recovery kept. A process started
 after generation 0 (a replacement) can be made to stall (``--stall-replacement``, to miss the
 recovery deadline) or die (``--crash-replacement``) before it restores. Rank 1 can be made to
-sleep between steps (``--stuck-after``), so that it does not leave its generation when told.
+sleep between steps (``--stuck-after``) or inside one (``--stuck-in``), so that it does not
+leave its generation when told.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ parser.add_argument("--crash-replacement", action="store_true")
 parser.add_argument("--stuck-after", type=int, default=None,
                     help="rank 1 sleeps 60 s after this step of generation 0, between steps, "
                          "where no abort reaches it")
+parser.add_argument("--stuck-in", type=int, default=None,
+                    help="rank 1 sleeps 60 s inside this step of generation 0, as in a wait "
+                         "that cutting its connections does not end")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -60,6 +64,8 @@ def train() -> None:
     optimizer.zero_grad()
     for step in range(start, args.steps):
         with session.step(step):
+            if step == args.stuck_in and rank == 1 and session.generation == 0:
+                time.sleep(60)
             generator = torch.Generator().manual_seed(step * 1009 + rank)
             inputs = torch.randn(16, 32, generator=generator)
             loss = nn.functional.mse_loss(ddp(inputs), inputs.flip(1))
