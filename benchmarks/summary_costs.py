@@ -135,7 +135,7 @@ def snapshot_overhead(lines: list[str]) -> None:
                        f"{blocks['overhead']:+.1%}, 95% interval {interval[0]:+.1%} to "
                        f"{interval[1]:+.1%}: "
                        + ("**not resolved**" if blocks["verdict"] == "not resolved"
-                          else verdict(blocks["met"] or blocks["verdict"] == "met"))
+                          else verdict(blocks["met"]))
                        if interval else
                        f"the median of the rounds' overheads {blocks['overhead']:+.1%}: "
                        f"{verdict(blocks['met'])}")
