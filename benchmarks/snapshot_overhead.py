@@ -58,7 +58,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -183,9 +183,8 @@ def block_cost(per_rank: Sequence[Sequence[float]], *, block: int,
     without: list[float] = []
     runs = 0
     for seconds in per_rank:
-        for start in range(-(-skip // block) * block, len(seconds) - block + 1, block):
-            steps = seconds[start + 1 : start + block]
-            if (start // block) % 2:
+        for index, steps in _runs(seconds, block=block, skip=skip):
+            if index % 2:
                 with_snapshots += steps
                 runs += 1
             else:
@@ -196,6 +195,14 @@ def block_cost(per_rank: Sequence[Sequence[float]], *, block: int,
     return statistics.median(with_snapshots), statistics.median(without), runs
 
 
+def _runs(seconds: Sequence[float], *, block: int,
+          skip: int) -> Iterator[tuple[int, Sequence[float]]]:
+    """Each whole run of ``block`` steps after the first ``skip`` (the runs with an odd number
+    snapshot after every step), by its number, its first step left out."""
+    for start in range(-(-skip // block) * block, len(seconds) - block + 1, block):
+        yield start // block, seconds[start + 1 : start + block]
+
+
 def block_differences(per_rank: Sequence[Sequence[float]], *, block: int,
                       skip: int) -> list[float]:
     """From the same run as :func:`block_cost`: each run of steps with snapshots against the
@@ -204,8 +211,8 @@ def block_differences(per_rank: Sequence[Sequence[float]], *, block: int,
     difference alike. The ranks step together (DDP), so each step's time is the median of the
     ranks' (each run's first step left out, as there)."""
     steps = [statistics.median(times) for times in zip(*per_rank, strict=False)]
-    medians = {start // block: statistics.median(steps[start + 1 : start + block])
-               for start in range(-(-skip // block) * block, len(steps) - block + 1, block)}
+    medians = {index: statistics.median(run)
+               for index, run in _runs(steps, block=block, skip=skip)}
     return [medians[index] / ((medians[index - 1] + medians[index + 1]) / 2) - 1
             for index in sorted(medians)
             if index % 2 and index - 1 in medians and index + 1 in medians]

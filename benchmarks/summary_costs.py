@@ -128,17 +128,11 @@ def snapshot_overhead(lines: list[str]) -> None:
         if "blocks" in size:
             blocks = size["blocks"]
             medians = blocks["median_step_seconds"]
-            # Recordings before 2026-12-04 09:00 had no interval: their verdict was the median
-            # of the rounds' overheads.
-            interval = blocks.get("interval")
+            low, high = blocks["interval"]
             decided = (f"each against its neighbours, {blocks['neighbours_compared']} runs: mean "
-                       f"{blocks['overhead']:+.1%}, 95% interval {interval[0]:+.1%} to "
-                       f"{interval[1]:+.1%}: "
+                       f"{blocks['overhead']:+.1%}, 95% interval {low:+.1%} to {high:+.1%}: "
                        + ("**not resolved**" if blocks["verdict"] == "not resolved"
-                          else verdict(blocks["met"]))
-                       if interval else
-                       f"the median of the rounds' overheads {blocks['overhead']:+.1%}: "
-                       f"{verdict(blocks['met'])}")
+                          else verdict(blocks["met"])))
             verdicts.append(
                 f"- {size['name']}, within each run (a snapshot after every step of every "
                 f"second run of {blocks['steps']} steps, shares; {blocks['runs_compared']} such "
