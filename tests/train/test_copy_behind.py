@@ -22,8 +22,9 @@ _COPY_THREAD = "trainguard-snapshot-copy"
 def _slow_background_copies(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[int]:
     """Copies made on the copy thread start ``seconds`` late; returns how many bytes each
     background copy moved, so a test can tell that one happened. The test's small model is
-    copied behind whatever its size."""
+    copied behind whatever its size, and on although the test's one rank has no replica."""
     monkeypatch.setattr(agent_memory, "COPY_BEHIND_BYTES", 0)
+    monkeypatch.setenv("TRAINGUARD_SNAPSHOT_COPY_BEHIND", "1")
     moved: list[int] = []
     original = device_copy.copy_to_host
 
@@ -147,6 +148,25 @@ def test_without_the_copy_behind_every_copy_is_made_before_checkpoint_returns(
     assert moved == []
 
 
+@pytest.mark.parametrize(("world_size", "dp_size", "behind"),
+                         [(1, None, False), (2, None, True), (2, 1, False), (4, 2, True)])
+def test_by_default_only_a_rank_with_a_replica_copies_behind(
+        agent: FakeAgent, monkeypatch: pytest.MonkeyPatch, world_size: int,
+        dp_size: int | None, behind: bool) -> None:
+    """Without a replica, no snapshot can stand in for one that a kill leaves unfinished: the
+    copy behind would cost a step in most kills, so such a rank copies at once."""
+    moved = _slow_background_copies(monkeypatch, 0.0)
+    monkeypatch.delenv("TRAINGUARD_SNAPSHOT_COPY_BEHIND")
+    monkeypatch.setenv("WORLD_SIZE", str(world_size))
+    *_, state = _job()
+    trainer = session.Session(handle_sigterm=False, dp_size=dp_size, share_replicas=False)
+    agent.order(messages.SnapshotInterval(every=1, from_step=0))
+    trainer.restore(state)
+    _train(trainer, state, range(3))
+    trainer.close()
+    assert bool(moved) is behind
+
+
 def test_a_state_below_the_threshold_is_copied_at_once(
         agent: FakeAgent, monkeypatch: pytest.MonkeyPatch) -> None:
     moved = _slow_background_copies(monkeypatch, 0.0)
@@ -178,6 +198,7 @@ def test_a_failed_background_copy_is_raised_at_the_next_snapshot(
 
     monkeypatch.setattr(device_copy, "copy_to_host", failing)
     monkeypatch.setattr(agent_memory, "COPY_BEHIND_BYTES", 0)
+    monkeypatch.setenv("TRAINGUARD_SNAPSHOT_COPY_BEHIND", "1")
     model, optimizer, state = _job()
     trainer = _start(agent)
     trainer.restore(state)

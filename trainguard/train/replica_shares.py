@@ -158,6 +158,12 @@ class ReplicaShares:
         return cls(rank=rank, layout=layout, enabled=enabled is None or enabled,
                    per_rank=per_rank)
 
+    @property
+    def replicated(self) -> bool:
+        """Whether another rank holds this rank's state: a replica whose snapshot can stand in
+        for one this rank leaves unfinished."""
+        return len(self._group) > 1
+
     def new_generation(self) -> None:
         """The next snapshot checks again that the replicas are identical."""
         self._checked = False

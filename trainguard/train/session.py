@@ -110,10 +110,17 @@ def _flag(variable: str, argument: bool | None) -> bool | None:
         raise SessionError(str(error)) from None
 
 
-def _copy_behind(enabled: bool | None) -> copy_behind_module.CopyBehind | None:
-    """Raises: SessionError: ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` is not 0 or 1."""
+def _copy_behind(enabled: bool | None, *, replicated: bool
+                 ) -> copy_behind_module.CopyBehind | None:
+    """By default only for a rank with a replica: a rank killed while its copy runs behind
+    loses its newest snapshot, and only a replica's can stand in for it; without one, the
+    copy behind would cost a step in most kills.
+
+    Raises: SessionError: ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` is not 0 or 1."""
     enabled = _flag("TRAINGUARD_SNAPSHOT_COPY_BEHIND", enabled)
-    return copy_behind_module.CopyBehind() if enabled is None or enabled else None
+    if enabled is None:
+        enabled = replicated
+    return copy_behind_module.CopyBehind() if enabled else None
 
 
 def _read_ahead_setting(enabled: bool | None) -> bool:
@@ -205,10 +212,12 @@ class Session:
             copy_behind: under ``trainguard run`` only: the optimizers' tensors (parameters,
                 moments) of a snapshot are copied while the next step computes, and each
                 optimizer's next ``step()`` waits for that copy
-                (:mod:`trainguard.train.copy_behind`). Default on;
-                ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` (``1``/``0``) wins when set. Turn it off for a
-                script that changes parameters in place other than through an optimizer between
-                ``checkpoint()`` and the optimizer's next ``step()``.
+                (:mod:`trainguard.train.copy_behind`). Default on where this rank has a
+                data-parallel replica (see ``dp_size``), whose snapshot stands in when a kill
+                leaves the copy unfinished; off without one, where such a kill would cost a
+                step. ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` (``1``/``0``) wins when set. Turn it
+                off for a script that changes parameters in place other than through an
+                optimizer between ``checkpoint()`` and the optimizer's next ``step()``.
             read_ahead: under ``trainguard run`` only: read the state to restore on a thread
                 of its own from now on (and from each rejoin under :meth:`run`), while the
                 script builds its model and its process group; ``restore()`` then takes it.
@@ -254,11 +263,11 @@ class Session:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
             raise SessionError(str(error)) from error
+        shares = self._shares(share_replicas, dp_size, per_rank)
         self._state = agent_memory.AgentMemoryBackend(
             self._link, rank=self.rank, world_size=self.world_size,
-            request_timeout=request_timeout,
-            shares=self._shares(share_replicas, dp_size, per_rank),
-            behind=_copy_behind(copy_behind))
+            request_timeout=request_timeout, shares=shares,
+            behind=_copy_behind(copy_behind, replicated=shares.replicated))
         # After the backend: the agent answers the hello with orders (the snapshot interval).
         self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         self._read_ahead()  # while the script builds its model and its process group
