@@ -22,6 +22,7 @@ applies on CPU with gloo, to check this script where there is no GPU).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -149,14 +150,16 @@ def _probe(kind: str, rank: int, directory: Path) -> None:
     if kind == "pair":
         print(json.dumps({"sum": value.item(), "ok": value.item() == 2.0}), flush=True)
         os._exit(0)  # no teardown of the group: what is measured is that it formed
+    started = time.perf_counter()
     aborted = process_group.abort_nccl()
     groups = process_group.drop()
+    left = time.perf_counter() - started
     # the next generation: a new group, as Session.run forms one
     dist.init_process_group("nccl", init_method=f"file://{directory / 'store-1'}", rank=0,
                             world_size=1)
     again = torch.full((1,), 2.0, device="cuda")
     dist.all_reduce(again)
-    print(json.dumps({"aborted": aborted, "left_groups": len(groups),
+    print(json.dumps({"aborted": aborted, "left_groups": len(groups), "leave_seconds": left,
                       "next_generation_sum": again.item(),
                       "ok": aborted == 1 and again.item() == 2.0}), flush=True)
     os._exit(0)  # the left groups are abandoned: no destructor of theirs runs
@@ -188,11 +191,8 @@ def _run_probe(kind: str) -> dict[str, Any]:
 
 def recovery(*, device: str, backend: str, steps: int, width: int, kill_at: int,
              workdir: Path) -> dict[str, Any]:
-    command = [sys.executable, "-m", "trainguard", "run", "--nproc-per-node", "2",
-               "--max-restarts", "3", "--run-root", str(workdir / "runs"), "--rdzv-id",
-               "gpu-check", "--persist-interval", "1000", str(common.JOBS / "gpu_job.py"),
-               "--steps", str(steps), "--width", str(width), "--device", device, "--backend",
-               backend]
+    command = _job_command(ranks=2, workdir=workdir, name="gpu-check", device=device,
+                           backend=backend, steps=steps, width=width, extra=[])
     timeline = common.TimelineReader(workdir)
     with common.ProcessGroup(command, log=workdir / "launcher.log",
                              env={"BENCH_TIMELINE_DIR": str(workdir)}) as group:
@@ -231,6 +231,58 @@ def recovery(*, device: str, backend: str, steps: int, width: int, kill_at: int,
     return result
 
 
+def _job_command(*, ranks: int, workdir: Path, name: str, device: str, backend: str,
+                 steps: int, width: int, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "trainguard", "run", "--nproc-per-node", str(ranks),
+            "--max-restarts", "3", "--run-root", str(workdir / "runs"), "--rdzv-id", name,
+            "--persist-interval", "1000", *extra, str(common.JOBS / "gpu_job.py"), "--steps",
+            str(steps), "--width", str(width), "--device", device, "--backend", backend]
+
+
+def injected_faults(*, device: str, backend: str, steps: int, width: int,
+                    workdir: Path) -> dict[str, Any]:
+    """One rank under ``Session.run`` on the job's own backend (one rank of NCCL needs no
+    second GPU): an uncorrectable memory error, which is retried in place (the same process
+    leaves its generation, so its NCCL communicator is aborted and a new group formed), then a
+    crash, which restarts the process; each restored from memory onto the device."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    faults = {"memory-error": steps // 4, "crash": steps // 2}
+    inject = ",".join(f"{kind}:0:{step}" for kind, step in faults.items())
+    command = _job_command(ranks=1, workdir=workdir, name="gpu-check-faults", device=device,
+                           backend=backend, steps=steps, width=width,
+                           extra=["--inject", inject])
+    with common.ProcessGroup(command, log=workdir / "launcher.log",
+                             env={"BENCH_TIMELINE_DIR": str(workdir)}) as group:
+        try:
+            code = group.process.wait(300)
+        except subprocess.TimeoutExpired:
+            code = None
+    marks = common.TimelineReader(workdir).read()
+    found = []
+    for (kind, step), attempt in zip(faults.items(), (1, 2), strict=True):
+        before = [m for m in marks if m["attempt"] == attempt - 1]
+        after = [m for m in marks if m["attempt"] == attempt]
+        begins = [m for m in after if m["event"] == "begin"]
+        if not begins:
+            found.append({"kind": kind, "at_step": step, "recovered": False})
+            continue
+        done = max(m["step"] for m in marks
+                   if m["event"] == "end" and m["attempt"] < attempt)
+        faulted = max((m for m in before if m["event"] == "begin"), key=lambda m: m["mono"])
+        found.append({
+            "kind": kind, "at_step": step, "recovered": True,
+            "steps_lost": max(0, done + 1 - begins[0]["step"]),
+            "seconds": begins[0]["mono"] - faulted["mono"],
+            "process_kept": begins[0]["pid"] == faulted["pid"],
+            "restored_from": [m["source"] for m in after if m["event"] == "restored"]})
+    result: dict[str, Any] = {"backend": backend, "faults": found, "job_exit_code": code}
+    memory_error, crash = found
+    result["ok"] = (code == 0 and all(f["recovered"] and f["steps_lost"] == 0
+                                      and f["restored_from"] == ["memory"] for f in found)
+                    and memory_error["process_kept"] and not crash["process_kept"])
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -241,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=400, help="steps of the recovery job")
     parser.add_argument("--width", type=int, default=1024, help="the recovery job's MLP width")
     parser.add_argument("--output", type=Path, default=common.RESULTS / "gpu-check.json")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="run the recovery job in DIR and keep it (its logs and timeline), "
+                             "instead of a temporary folder removed afterwards")
     parser.add_argument("--probe", choices=("abort", "pair"), help=argparse.SUPPRESS)
     parser.add_argument("--probe-rank", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--probe-dir", type=Path, help=argparse.SUPPRESS)
@@ -256,7 +311,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     common.exit_cleanly_on_sigterm()
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
-    result: dict[str, Any] = {"check": "gpu", "environment": _environment(args.device),
+    result: dict[str, Any] = {"check": "gpu",
+                              "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "environment": _environment(args.device),
                               "machine": common.machine()}
     result["snapshot"] = snapshot_stall(args.state_mb, device, args.repeats)
     backend = "gloo"
@@ -264,11 +321,18 @@ def main(argv: list[str] | None = None) -> int:
         result["nccl_abort"] = _run_probe("abort")
         result["nccl_two_ranks_one_gpu"] = _run_probe("pair")
         backend = "nccl" if result["nccl_two_ranks_one_gpu"]["ok"] else "gloo"
-    with tempfile.TemporaryDirectory(prefix="trainguard-gpu-check-") as scratch:
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(str(args.keep)) if args.keep
+          else tempfile.TemporaryDirectory(prefix="trainguard-gpu-check-")) as scratch:
         result["recovery"] = recovery(device=args.device, backend=backend, steps=args.steps,
                                       width=args.width, kill_at=args.steps // 4,
                                       workdir=Path(scratch))
-    checks = [result["snapshot"]["ok"], result["recovery"]["ok"]]
+        result["injected_faults"] = injected_faults(
+            device=args.device, backend="nccl" if args.device == "cuda" else "gloo",
+            steps=args.steps, width=args.width, workdir=Path(scratch) / "faults")
+    checks = [result["snapshot"]["ok"], result["recovery"]["ok"],
+              result["injected_faults"]["ok"]]
     if "nccl_abort" in result:
         checks.append(result["nccl_abort"]["ok"])
     result["ok"] = all(checks)

@@ -328,6 +328,49 @@ def _detection(lines: list[str]) -> None:
                               for kind, why in found.get("not_measured", {}).items()), ""]
 
 
+def _gpu(lines: list[str]) -> None:
+    found = load("gpu-check")
+    if found is None:
+        return
+    where, stall = found["environment"], found["snapshot"]
+    arguments = found["machine"]["argv"][1:]
+    if "--output" in arguments:  # where it wrote on that machine, not where it is kept
+        del arguments[arguments.index("--output"):arguments.index("--output") + 2]
+    pair, faults = found.get("nccl_two_ranks_one_gpu", {}), found["injected_faults"]
+    refusal = next((line.split("]: ", 1)[-1].strip()
+                    for line in pair.get("output_tail", "").splitlines()
+                    if "Duplicate GPU" in line), "refused")
+    recovery = found["recovery"]
+    lines += [
+        f"## GPU check, {found.get('when', '')}", "",
+        f"{where.get('gpu', where['device'])}, torch {where['torch']}, CUDA "
+        f"{where.get('cuda', '-')}, NCCL {where.get('nccl', '-')}; "
+        f"`{' '.join(['benchmarks/gpu_check.sh', *arguments])}`.", "",
+        f"- snapshot of {stall['state_bytes'] / 2**30:.1f} GiB on the device into a page-locked "
+        f"slot: {_ms(stall['snapshot_seconds'])}, against {_ms(stall['raw_copy_seconds'])} "
+        f"for a raw asynchronous copy into pinned memory "
+        f"({stall['snapshot_over_raw_copy']:.2f}x; within 1.5x: "
+        f"{verdict(stall['snapshot_over_raw_copy'] <= 1.5)}); pageable "
+        f"{_ms(stall['snapshot_pageable_seconds'])}; restored onto "
+        f"{', '.join(stall['restored_on'])} in "
+        f"{seconds(stall['restore_seconds'])}, bit for bit: {stall['restored_bitwise']}"]
+    if "nccl_abort" in found:
+        lines.append(f"- NCCL: a group aborted and left in "
+                     f"{seconds(found['nccl_abort'].get('leave_seconds'))}, the next one "
+                     f"working: {found['nccl_abort']['ok']}; two ranks on one GPU: "
+                     + ("yes" if pair.get("ok") else f"no ({refusal})"))
+    lines.append(f"- kill -9 of one of two ranks ({recovery['backend']}, CUDA tensors): every "
+                 f"rank stepping again after {seconds(recovery['recover_seconds'])}, "
+                 f"{recovery['steps_lost']} steps lost, the other process kept: "
+                 f"{recovery['survivor_kept']}")
+    for fault in faults["faults"]:
+        lines.append(f"- {fault['kind']} injected at step {fault['at_step']} of one rank "
+                     f"({faults['backend']}): stepping again after "
+                     f"{seconds(fault.get('seconds'))}, {fault.get('steps_lost')} steps lost, "
+                     f"process kept: {fault.get('process_kept')}")
+    lines += [f"- every check passed: {verdict(found['ok'])}", ""]
+
+
 def main() -> None:
     lines = ["# Benchmark results", "",
              "Written by `python -m benchmarks.summary` from the JSON files beside it; each "
@@ -339,6 +382,7 @@ def main() -> None:
     _detection(lines)
     _kill_goodput(lines)
     summary_costs.stall(lines)
+    _gpu(lines)
     _fault_engine(lines)
     summary_costs.overhead(lines)
     summary_costs.snapshot_overhead(lines)

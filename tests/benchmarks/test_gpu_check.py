@@ -37,7 +37,7 @@ def test_a_python_without_torch_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_the_cpu_path_measures_the_stall_and_recovers_a_kill_in_place(
+def test_the_cpu_path_measures_the_stall_and_recovers_a_kill_and_injected_faults(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "gpu-check.json"
     assert gpu_check.main(["--device", "cpu", "--state-mb", "4", "--repeats", "2",
@@ -59,4 +59,12 @@ def test_the_cpu_path_measures_the_stall_and_recovers_a_kill_in_place(
     assert recovery["survivor_kept"]
     assert recovery["resumed_at"] >= 10
     assert recovery["job_exit_code"] == 0
+    faults = result["injected_faults"]
+    assert faults["backend"] == "gloo"  # NCCL on a GPU
+    assert [(f["kind"], f["at_step"]) for f in faults["faults"]] == [("memory-error", 10),
+                                                                     ("crash", 20)]
+    assert all(f["steps_lost"] == 0 and f["restored_from"] == ["memory"]
+               for f in faults["faults"])
+    assert [f["process_kept"] for f in faults["faults"]] == [True, False]
+    assert faults["ok"]
     assert result["ok"]
