@@ -157,10 +157,15 @@ def machine() -> dict[str, Any]:
             "cpus": os.cpu_count(), "argv": sys.argv}
 
 
+def recorded_at() -> str:
+    """The moment a result is recorded, as every result's ``when`` gives it (UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def header(name: str, argv: Sequence[str]) -> dict[str, Any]:
     """What a result starts with: the benchmark, when, and the machine with the command line as
     ``python -m benchmarks.<module>`` runs it (``argv``: its arguments)."""
-    return {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    return {"benchmark": name, "when": recorded_at(),
             "machine": {**machine(), "argv": [f"benchmarks/{name.replace('-', '_')}.py",
                                               *argv]}}
 
@@ -169,8 +174,8 @@ def write_result(name: str, body: dict[str, Any], output: Path | None) -> None:
     """Write ``body`` as result ``name`` to ``output`` (a file, or a directory to hold
     ``<name>.json``), with when and where it ran; nothing without ``output``."""
     if output is not None:
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        _write(name, {"benchmark": name, "when": when, "machine": machine(), **body}, output)
+        _write(name, {"benchmark": name, "when": recorded_at(), "machine": machine(), **body},
+               output)
 
 
 def add_step_job_arguments(parser: argparse.ArgumentParser, *, steps: int) -> None:

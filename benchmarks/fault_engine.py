@@ -369,7 +369,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                "cpu_model": cpu_model(), "pinned_cpu": pinned,
                "load_average": [round(load, 2) for load in os.getloadavg()]}
     return {
-        "benchmark": NAME, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "benchmark": NAME, "when": common.recorded_at(),
         "machine": machine, "python": platform.python_version(), "cpu_model": machine["cpu_model"],
         "devices": args.devices, "events": len(stream), "history_events": len(history),
         "history_hours": args.history_hours,

@@ -311,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     common.exit_cleanly_on_sigterm()
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
-    result: dict[str, Any] = {"check": "gpu",
-                              "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    result: dict[str, Any] = {"check": "gpu", "when": common.recorded_at(),
                               "environment": _environment(args.device),
                               "machine": common.machine()}
     result["snapshot"] = snapshot_stall(args.state_mb, device, args.repeats)
