@@ -305,8 +305,6 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
     events_recorder = recorder.EventRecorder(store, clock)
     env = base_environment(agent_settings.nproc_per_node)
     if agent_settings.nnodes > 1:
-        # Replicas are on other hosts: a rank's whole state stays in its own host's memory.
-        env["TRAINGUARD_SNAPSHOT_SHARES"] = "0"
         # gloo finds its address from the hostname, and falls back to loopback when that does
         # not resolve: peers on other hosts would then be told 127.0.0.1. The interface that
         # reaches the controller reaches the other hosts.

@@ -27,6 +27,7 @@ class FakeAgent:
 
     def __init__(self) -> None:
         self.layout = replicas.ReplicaLayout(4, 2)
+        self.replicas_differ = ""
         self.settings = types.SimpleNamespace(node_rank=0, spare=False)
         self.placed: list[tuple[tuple[str, int] | None, int | None]] = []
         """Each generation's rendezvous and restore step, as the controller ordered them."""

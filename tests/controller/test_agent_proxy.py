@@ -35,8 +35,8 @@ def test_a_generation_is_seen_as_its_agent_reports_it() -> None:
     async def scenario() -> None:
         agent = FakeAgent()
         proxy, serving = await _connected(agent)
-        assert (proxy.host, proxy.spares_left, proxy.layout) == (
-            "host-a", 1, replicas.ReplicaLayout(4, 2))
+        assert (proxy.host, proxy.spares_left, proxy.layout, proxy.trusted_layout) == (
+            "host-a", 1, replicas.ReplicaLayout(4, 2), replicas.ReplicaLayout(4, 2))
         view = await proxy.start_generation(0, restart_count=0, move=[3, 1])
         assert agent.calls == [("start", (0, 0, [1, 3]))]
         assert (view.number, view.master_port, view.started_at, view.kept) == (0, 29500, 5.0, 0)
@@ -54,6 +54,8 @@ def test_a_generation_is_seen_as_its_agent_reports_it() -> None:
             generation.begun(rank, 6.0 + rank)
         assert await asyncio.wait_for(view.all_stepping, 5) == 9.0
 
+        # The ranks found the replicas different: the report of the outcome says so.
+        agent.replicas_differ = "replica groups [[0, 2], [1, 3]] at dp-size 2"
         worker = generation.workers[1]
         worker.returncode, worker.exited_at, worker.completed_step = -9, 20.0, 30
         fault = process.ProcessFault(rank=1, pid=101, kind=process.ProcessFaultKind.SIGNALED,
@@ -66,6 +68,8 @@ def test_a_generation_is_seen_as_its_agent_reports_it() -> None:
         assert not view.workers[1].alive
         assert view.workers[1].excerpt() == "stderr of rank 1"
         assert view.workers[0].excerpt() == "stderr of rank 0"  # ended: every excerpt sent
+        assert proxy.layout == replicas.ReplicaLayout(4, 2)
+        assert proxy.trusted_layout is None
 
         await proxy.close()
         await asyncio.wait_for(serving, 5)

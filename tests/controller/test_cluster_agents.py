@@ -21,10 +21,15 @@ class FakeHost:
 
     def __init__(self, *, world: int = 4, dp: int = 2, disk: list[int] | None = None) -> None:
         self.layout = replicas.ReplicaLayout(world, dp)
+        self.replicas_differ = ""
         self.disk_steps = disk or []
         self.gone: BaseException | None = None
         self.host = "h"
         self.left = asyncio.Event()
+
+    @property
+    def trusted_layout(self) -> replicas.ReplicaLayout | None:
+        return None if self.replicas_differ else self.layout
 
     async def wait_gone(self) -> BaseException:
         await self.left.wait()
@@ -64,6 +69,16 @@ def test_a_replaced_hosts_ranks_get_their_state_from_replicas_on_the_other_host(
 def test_a_step_no_replica_of_a_replaced_rank_holds_is_not_chosen() -> None:
     agents = _agents({0: (12, 11), 1: (11, 10), 2: (), 3: ()})
     assert agents._restore_plan(fresh=[1]) == (11, {2: 0, 3: 1})
+
+
+def test_replicas_found_to_differ_send_a_replaced_host_nothing() -> None:
+    """One host's ranks found the replicas different: the ranks of the host replaced get no
+    replica's state, so every host restores what every node has on disk."""
+    agents = _agents({0: (12, 11), 1: (12, 11), 2: (), 3: ()}, disk=[10, 5])
+    host: Any = agents.hosts[0]
+    host.replicas_differ = "replica groups [[0, 2], [1, 3]] at dp-size 2"
+    assert agents.trusted_layout is None
+    assert agents._restore_plan(fresh=[1]) == (10, {})
 
 
 def test_with_nothing_in_memory_every_host_restores_the_newest_step_all_have_on_disk() -> None:

@@ -106,6 +106,11 @@ class FakeAgent:
         self._restores = restores
         self.spares_left = 0
         self.layout = replicas.ReplicaLayout(world_size, world_size)
+        self.replicas_differ = ""
+
+    @property
+    def trusted_layout(self) -> replicas.ReplicaLayout | None:
+        return None if self.replicas_differ else self.layout
 
     async def recover(self, number: int, *, restart_count: int, replace: Collection[int],
                       to_spares: bool) -> FakeGeneration:

@@ -225,10 +225,14 @@ def test_a_second_memory_error_without_spares_fails_the_job(store: sqlite.Sqlite
     run_scenario(scenario)
 
 
+@pytest.mark.parametrize(("dp_size", "differ"), [
+    (1, ""), (2, "replica groups [[0, 2], [1, 3]] at dp-size 2")],
+    ids=["no replica", "replicas found to differ"])
 def test_a_second_memory_error_without_replicas_restarts_the_job(
-        store: sqlite.SqliteStore) -> None:
+        store: sqlite.SqliteStore, dp_size: int, differ: str) -> None:
     async def scenario() -> None:
-        h = _harness(store, spares=2, dp_size=1)
+        h = _harness(store, spares=2, dp_size=dp_size)
+        h.agent.replicas_differ = differ
         run = asyncio.create_task(h.controller.run())
 
         first = await h.next_generation()

@@ -100,5 +100,27 @@ def test_replicas_that_differ_are_snapshotted_whole_with_a_warning(run_job: Star
     assert ("the replicated state (everything saved but the per-rank keys) differs between "
             "ranks that should hold the same: replica groups [[0, 1, 2]] at dp-size 3. Is the "
             "script data parallel, and is the dp-size right? Snapshots stay whole on every "
-            "rank from now on.") in job.output()
+            "rank from now on, and no replica stands in for a lost rank.") in job.output()
+    assert "the replicas differ (replica groups [[0, 1, 2]] at dp-size 3)" in job.output()
     assert all(holders == [] for _, _, holders in newest_shards(tmp_path / "runs" / "divergent"))
+
+
+def test_replicas_that_differ_never_stand_in_for_a_lost_rank(run_job: Start,
+                                                             tmp_path: Path) -> None:
+    """Two ranks said to be replicas (the default dp-size) train different weights. Rank 1's
+    device fails: moving it to a spare would restore it from its replica's snapshot, rank 0's
+    state. The ranks' comparison told the agent that the replicas differ, so the job restarts
+    instead, every rank from its own snapshot."""
+    output = tmp_path / "weight"
+    job = run_job("--nproc-per-node", "2", "--max-restarts", "2", "--spare-devices", "1",
+                  "--inject", "device-error:1:10", str(SCRIPTS / "divergent_recovery_job.py"),
+                  "--steps", "30", "--output", str(output), run_id="divergent-recovery")
+    assert job.wait() == 0, job.output()
+    assert [Path(f"{output}.{rank}").read_text() for rank in range(2)] == ["31\n", "32\n"]
+    assert ("the replicas differ (replica groups [[0, 1]] at dp-size 2): no replica stands in "
+            "for a lost rank from now on") in job.output()
+    (decision,) = job.events("decision")
+    assert decision["strategy"] == "exit", decision
+    assert "a failed rank has no healthy data-parallel replica" in decision["reason"], decision
+    (recovery,) = job.events("recovery-completed")
+    assert (recovery["restore_source"], recovery["steps_lost"]) == ("memory", 0), recovery

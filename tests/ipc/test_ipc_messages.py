@@ -45,6 +45,7 @@ EVERY_MESSAGE: list[messages.Message] = [
     messages.StopAt(step=123),
     messages.StopAt(step=0),  # a body of defaults only is still that message
     messages.RecoverySupported(strategies=["retry", "recover-in-place"]),
+    messages.ReplicasDiffer(detail="replica groups [[0, 1, 2]] at dp-size 3", time=12.5),
     messages.LeftGeneration(generation=2, step=17, error="DeviceError: device fault 80E01801",
                             code="80E01801", time=13.0),
     messages.LeftGeneration(generation=2, step=None, error="", code="", time=13.5),
@@ -78,7 +79,7 @@ def _envelope(**body: Any) -> bytes:
 
 def test_every_message_type_is_covered() -> None:
     assert {type(message) for message in EVERY_MESSAGE} == set(MESSAGE_CLASSES)
-    assert len(MESSAGE_CLASSES) == 24
+    assert len(MESSAGE_CLASSES) == 25
 
 
 @pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda cls: cls.__name__)

@@ -167,6 +167,41 @@ def test_by_default_only_a_rank_with_a_replica_copies_behind(
     assert bool(moved) is behind
 
 
+@pytest.mark.parametrize(("setting", "behind"), [(None, False), ("1", True)],
+                         ids=["by default", "turned on"])
+def test_replicas_found_to_differ_stop_a_copy_behind_that_relied_on_them(
+        agent: FakeAgent, monkeypatch: pytest.MonkeyPatch, setting: str | None,
+        behind: bool) -> None:
+    """Two ranks whose comparison finds them different (every rank's digest its own): the
+    agent is told at the first snapshot, and a copy behind that was on only for the replica
+    stops, since no replica's snapshot may stand in for one a kill leaves unfinished."""
+    moved = _slow_background_copies(monkeypatch, 0.0)
+    if setting is None:
+        monkeypatch.delenv("TRAINGUARD_SNAPSHOT_COPY_BEHIND")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    _compared_as_different(monkeypatch)
+    *_, state = _job()
+    trainer = session.Session(handle_sigterm=False)  # two replicas: compared, no shares
+    agent.order(messages.SnapshotInterval(every=1, from_step=0))
+    trainer.restore(state)
+    _train(trainer, state, range(3))
+    trainer.close()
+    assert bool(moved) is behind
+    (told,) = [m for m in agent.received if isinstance(m, messages.ReplicasDiffer)]
+    assert told.detail == "replica groups [[0, 1]] at dp-size 2"
+
+
+def _compared_as_different(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replicas' comparison runs as in a process group of ranks that all differ."""
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+
+    def all_gather(every: list[torch.Tensor], mine: torch.Tensor) -> None:
+        for rank, digest in enumerate(every):
+            digest.copy_(mine + rank)
+
+    monkeypatch.setattr(torch.distributed, "all_gather", all_gather)
+
+
 def test_a_state_below_the_threshold_is_copied_at_once(
         agent: FakeAgent, monkeypatch: pytest.MonkeyPatch) -> None:
     moved = _slow_background_copies(monkeypatch, 0.0)

@@ -155,6 +155,14 @@ def test_settings_come_from_the_environment_first() -> None:
         rank=0, world_size=4, enabled=True, dp_size=None,
         environ={"TRAINGUARD_SNAPSHOT_SHARES": "0"})
     assert not off.enabled
+    # Replicas on other hosts: each rank's whole state stays in its own host's memory.
+    across = replica_shares.ReplicaShares.from_env(
+        rank=0, world_size=6, enabled=True, dp_size=3, environ={"LOCAL_WORLD_SIZE": "2"})
+    assert across._group == (0, 2, 4)
+    assert not across.enabled
+    assert replica_shares.ReplicaShares.from_env(
+        rank=0, world_size=6, enabled=True, dp_size=3, environ={"LOCAL_WORLD_SIZE": "6"}
+    ).enabled
 
 
 @pytest.mark.parametrize(("environ", "dp_size", "message"), [
@@ -164,6 +172,7 @@ def test_settings_come_from_the_environment_first() -> None:
      "TRAINGUARD_DP_SIZE='3': dp-size 3 does not divide the world size 4"),
     ({"TRAINGUARD_DP_SIZE": "many"}, None, "TRAINGUARD_DP_SIZE='many': invalid literal"),
     ({}, 3, "dp_size=3: dp-size 3 does not divide the world size 4"),
+    ({"LOCAL_WORLD_SIZE": "two"}, None, "LOCAL_WORLD_SIZE='two': not a number of ranks"),
 ])
 def test_a_malformed_setting_is_named(environ: dict[str, str], dp_size: int | None,
                                       message: str) -> None:
@@ -235,3 +244,72 @@ def test_the_holders_are_worked_out_again_only_when_what_they_depend_on_changed(
     shares.new_generation()
     assert answer() is None
     assert not shares.enabled
+
+
+def _gathered(monkeypatch: pytest.MonkeyPatch, *, identical: bool) -> list[int]:
+    """The replicas' comparison runs as in a process group whose ranks' digests are all alike
+    (``identical``) or all different; returns the size of each all-gather made."""
+    gathered: list[int] = []
+
+    def all_gather(every: list[torch.Tensor], mine: torch.Tensor) -> None:
+        gathered.append(len(every))
+        for rank, digest in enumerate(every):
+            digest.copy_(mine if identical else mine + rank)
+
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "all_gather", all_gather)
+    return gathered
+
+
+@pytest.mark.parametrize("dp_size", [4, 2], ids=["shares", "two replicas: no shares"])
+@pytest.mark.parametrize("identical", [True, False], ids=["identical", "different"])
+def test_the_replicas_are_compared_once_a_generation_shares_or_not(
+        monkeypatch: pytest.MonkeyPatch, dp_size: int, identical: bool) -> None:
+    """A replica's snapshot stands in for a lost rank's, so the replicas are compared also
+    where shares are not used; found different, they stay so for the rest of the process."""
+    gathered = _gathered(monkeypatch, identical=identical)
+    shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, dp_size),
+                                          enabled=True)
+    saved = tree()
+    held = holders(shares, saved)
+    assert gathered == [4]
+    assert (held is not None) is (dp_size > 2 and identical)
+    assert shares.replicated is identical
+    groups = "[[0, 1, 2, 3]]" if dp_size == 4 else "[[0, 2], [1, 3]]"
+    assert shares.differ == ("" if identical else f"replica groups {groups} at dp-size {dp_size}")
+    holders(shares, saved)
+    assert gathered == [4], "compared once a generation"
+    shares.new_generation()
+    holders(shares, saved)
+    assert gathered == ([4, 4] if identical else [4]), "different: not compared again"
+
+
+def test_replicas_on_other_hosts_are_compared_without_shares(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Across hosts no shares are written, but a replica on another host sends a lost host's
+    ranks their state: the replicas are compared all the same."""
+    gathered = _gathered(monkeypatch, identical=False)
+    shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 2),
+                                          enabled=True, local_world_size=2)
+    assert holders(shares, tree()) is None
+    assert gathered == [4]
+    assert shares.differ == "replica groups [[0, 2], [1, 3]] at dp-size 2"
+
+
+def test_shares_turned_off_compare_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The way out for ranks that do not all snapshot the same steps: no collective."""
+    gathered = _gathered(monkeypatch, identical=False)
+    shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
+                                          enabled=False)
+    assert holders(shares, tree()) is None
+    assert gathered == []
+    assert shares.replicated  # unchecked
+
+
+def test_a_rank_without_a_replica_compares_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.distributed, "all_gather", lambda *_: pytest.fail("compared"))
+    shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 1),
+                                          enabled=True)
+    assert holders(shares, tree()) is None
+    assert not shares.replicated
+    assert shares.differ == ""

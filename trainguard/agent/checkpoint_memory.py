@@ -428,7 +428,7 @@ class CheckpointMemory:
             reply = await self._persist(step, self._shards(states))
             return reply is not None and reply.WhichOneof("kind") == "persisted"
 
-    async def dump(self, *, lost: Collection[int], layout: replicas.ReplicaLayout
+    async def dump(self, *, lost: Collection[int], layout: replicas.ReplicaLayout | None
                    ) -> int | None:
         """The dying checkpoint (R5): persist the newest step every rank has in memory, the
         ``lost`` ranks' state taken from their replicas; returns its step (None: nothing to

@@ -157,7 +157,8 @@ class ControllerLink:
         report = pb.Report(seq=self._seq, sent_at=time.monotonic(), agent=pb.AgentState(
             host=self._host, world_size=layout.world_size, dp_size=layout.dp_size,
             spares_left=self._agent.spares_left, node_rank=self._agent.settings.node_rank,
-            disk_steps=self._agent.disk_steps(), spare=self._agent.settings.spare))
+            disk_steps=self._agent.disk_steps(), spare=self._agent.settings.spare,
+            replicas_differ=self._agent.replicas_differ))
         generation = generation or self._agent.generation
         if generation is not None:
             report.generation.CopyFrom(_generation(self._agent, generation))

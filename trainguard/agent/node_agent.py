@@ -110,6 +110,9 @@ class NodeAgent:
         self._attribution = attribution.FaultAttribution(clock)
         self.layout = replicas.ReplicaLayout(settings.world_size,
                                              settings.dp_size or settings.world_size)
+        self.replicas_differ = ""
+        """Set once the ranks found replicas of the layout holding different state (its
+        detail): from then on no replica stands in for another."""
         self._generation: workers.Generation | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._injector = fault_injection.FaultInjector(
@@ -239,10 +242,20 @@ class NodeAgent:
         tens of milliseconds, where sending it over the new process group takes about 0.5 s
         at 75 MB (gloo on loopback). A replica on another host sends it."""
         planning = self._clock.monotonic()
+        if peers and self.replicas_differ:
+            raise process.RecoveryError(
+                f"no replica can send a rank its state: the replicas differ "
+                f"({self.replicas_differ})")
         restore = (await self._checkpoints.plan_restore(
-            lost=lost, layout=self.layout, step=step, peers=peers)
+            lost=lost, layout=self.trusted_layout, step=step, peers=peers)
         ).read_locally(self.settings.ranks)
         return restore, self._clock.monotonic() - planning
+
+    @property
+    def trusted_layout(self) -> replicas.ReplicaLayout | None:
+        """The replica layout while a replica may stand in for another; None once the ranks
+        found the replicas different."""
+        return None if self.replicas_differ else self.layout
 
     async def _enter(self, generation: workers.Generation, *, host: bool) -> None:
         """Make ``generation`` the current one, watched from now on; ``host``: this agent
@@ -397,7 +410,7 @@ class NodeAgent:
     async def dump(self, *, failed: Collection[int]) -> int | None:
         """The dying checkpoint (R5): save the newest step the healthy replicas hold, the
         failed ranks' state from their replicas; returns its step."""
-        return await self._checkpoints.dump(lost=failed, layout=self.layout)
+        return await self._checkpoints.dump(lost=failed, layout=self.trusted_layout)
 
     def _on_exit(self, pid: int, returncode: int) -> None:
         generation = self._generation
@@ -676,6 +689,11 @@ class NodeAgent:
                     self._attribution.raised(generation, worker, error, code=code)
             case messages.RecoverySupported():
                 worker.in_process = True
+            case messages.ReplicasDiffer(detail=detail):
+                if not self.replicas_differ:
+                    self.replicas_differ = detail
+                    self._log.warning("rank %d: the replicas differ (%s): no replica stands "
+                                      "in for a lost rank from now on", worker.rank, detail)
             case messages.LeftGeneration(generation=number):
                 if number == generation.number:
                     worker.left = message

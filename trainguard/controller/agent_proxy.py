@@ -213,6 +213,10 @@ class AgentProxy:
         state = self._state()
         return replicas.ReplicaLayout(state.world_size, state.dp_size)
 
+    @property
+    def trusted_layout(self) -> replicas.ReplicaLayout | None:
+        return None if self._state().replicas_differ else self.layout
+
     def _state(self) -> pb.AgentState:
         if self._agent is None:
             raise AgentCommandError("the agent has not reported yet (connect first)")

@@ -100,6 +100,11 @@ class AgentHandle(Protocol):
     def spares_left(self) -> int: ...
     @property
     def layout(self) -> replicas.ReplicaLayout: ...
+    @property
+    def trusted_layout(self) -> replicas.ReplicaLayout | None:
+        """``layout`` while a replica may stand in for another; None once the ranks found
+        the replicas different."""
+        ...
 
     async def start_generation(self, number: int, *, restart_count: int,
                                move: Collection[int] = ()) -> GenerationHandle:

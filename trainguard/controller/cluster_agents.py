@@ -212,6 +212,13 @@ class ClusterAgents:
     def layout(self) -> replicas.ReplicaLayout:
         return next(iter(self._hosts.values())).layout
 
+    @property
+    def trusted_layout(self) -> replicas.ReplicaLayout | None:
+        """None once any host's ranks found the replicas different."""
+        if any(host.trusted_layout is None for host in self._hosts.values()):
+            return None
+        return self.layout
+
     def _node_of(self, rank: int) -> int:
         return rank // self._nproc
 
@@ -262,8 +269,9 @@ class ClusterAgents:
         same host does: its agent finds that one), each rank of a fresh node from a
         data-parallel replica on another host; else the newest step every node has on disk
         (a fresh node's host reads the node's directory: on a shared disk, or the node's own
-        host come back, it is there); else 0 (afresh)."""
-        layout = self.layout
+        host come back, it is there); else 0 (afresh). Replicas found to differ send nothing:
+        each rank is then its own only replica."""
+        layout = self.trusted_layout or replicas.ReplicaLayout(self.layout.world_size, 1)
         if self._current is not None:
             workers = self._current.workers
             held = {rank: set(w.held_steps) for rank, w in workers.items()

@@ -467,7 +467,7 @@ class JobController:
             repeats=self._repeated[1],
             in_process=all(w.in_process for w in workers),
             alive=[w.rank for w in workers if w.alive],
-            spares_left=self._agent.spares_left, layout=self._agent.layout,
+            spares_left=self._agent.spares_left, layout=self._agent.trusted_layout,
             isolated=[w.rank for w in workers if self._device_name(w) in self._isolated])
 
     def _count_repeats(self, generation: api.GenerationHandle,

@@ -42,6 +42,7 @@ __all__ = [
     "MessageError",
     "RecoverySupported",
     "Rejoin",
+    "ReplicasDiffer",
     "RequestFailed",
     "ReserveSlot",
     "RestorePlan",
@@ -247,6 +248,17 @@ class ReserveSlot(Message):
 class RestorePlanRequest(Message):
     TYPE: ClassVar[str] = "restore_plan_request"
     request_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicasDiffer(Message):
+    """The ranks' comparison found replicas that should hold the same state holding different
+    state (a script that is not data parallel, a wrong dp-size): no replica's snapshot may
+    stand in for a rank's from now on. ``detail`` names the groups, for the agent's log."""
+
+    TYPE: ClassVar[str] = "replicas_differ"
+    detail: str
+    time: float
 
 
 # --- agent -> training process ---------------------------------------------------------------

@@ -389,7 +389,7 @@ class Report(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., agent: _Optional[_Union[AgentState, _Mapping]] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., sent_at: _Optional[float] = ...) -> None: ...
 
 class AgentState(_message.Message):
-    __slots__ = ("host", "world_size", "dp_size", "spares_left", "node_rank", "disk_steps", "spare")
+    __slots__ = ("host", "world_size", "dp_size", "spares_left", "node_rank", "disk_steps", "spare", "replicas_differ")
     HOST_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     DP_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -397,6 +397,7 @@ class AgentState(_message.Message):
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     DISK_STEPS_FIELD_NUMBER: _ClassVar[int]
     SPARE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_DIFFER_FIELD_NUMBER: _ClassVar[int]
     host: str
     world_size: int
     dp_size: int
@@ -404,7 +405,8 @@ class AgentState(_message.Message):
     node_rank: int
     disk_steps: _containers.RepeatedScalarFieldContainer[int]
     spare: bool
-    def __init__(self, host: _Optional[str] = ..., world_size: _Optional[int] = ..., dp_size: _Optional[int] = ..., spares_left: _Optional[int] = ..., node_rank: _Optional[int] = ..., disk_steps: _Optional[_Iterable[int]] = ..., spare: _Optional[bool] = ...) -> None: ...
+    replicas_differ: str
+    def __init__(self, host: _Optional[str] = ..., world_size: _Optional[int] = ..., dp_size: _Optional[int] = ..., spares_left: _Optional[int] = ..., node_rank: _Optional[int] = ..., disk_steps: _Optional[_Iterable[int]] = ..., spare: _Optional[bool] = ..., replicas_differ: _Optional[str] = ...) -> None: ...
 
 class Generation(_message.Message):
     __slots__ = ("number", "master_port", "started_at", "kept", "restore", "plan_seconds", "workers", "completed_step", "all_stepping_at", "outcome")

@@ -91,7 +91,8 @@ class _ReadAhead:
 class AgentMemoryBackend:
     def __init__(self, link: agent_link.AgentLink, *, rank: int, world_size: int,
                  request_timeout: float, shares: replica_shares.ReplicaShares,
-                 behind: copy_behind.CopyBehind | None = None) -> None:
+                 behind: copy_behind.CopyBehind | None = None,
+                 behind_for_replica: bool = False) -> None:
         """Nothing is reserved yet: the first snapshot of each slot asks the agent for memory.
 
         Args:
@@ -100,8 +101,13 @@ class AgentMemoryBackend:
             shares: which tensors this rank writes, and how a restore assembles the rest.
             behind: copies the optimizers' tensors while the next step computes; None: every
                 snapshot is copied before ``save`` returns.
+            behind_for_replica: ``behind`` is on only because a replica's snapshot can stand
+                in for one this rank leaves unfinished: it is turned off if the replicas
+                turn out to differ.
         """
         self._behind = behind
+        self._behind_for_replica = behind_for_replica
+        self._told_differ = False
         self._shares = shares
         self._link = link
         self._rank = rank
@@ -166,6 +172,8 @@ class AgentMemoryBackend:
         prepared = self._layouts.prepare(
             tree, holders=None if whole else functools.partial(self._shares.holders,
                                                                optimizers=optimizers))
+        if self._shares.differ and not self._told_differ:
+            self._replicas_differ()
         mapped = self._slot(slot, prepared.nbytes + self._completion_room(prepared))
         owned: list[int] = []  # the optimizers' tensors, by index, for a copy behind
         # Below the threshold in all, no subset is worth a thread: skip finding the owned ones.
@@ -191,6 +199,14 @@ class AgentMemoryBackend:
         self._commit(finish, step, slot, prepared.nbytes, before=blocked, hold=not declared)
         self._last_seconds = time.perf_counter() - started
         return self._last_seconds
+
+    def _replicas_differ(self) -> None:
+        """The comparison of this save found the replicas different: the agent must not let
+        one stand in for another, and a copy behind that relied on it stops."""
+        self._told_differ = True
+        self._link.send(messages.ReplicasDiffer(self._shares.differ, time.monotonic()))
+        if self._behind_for_replica:
+            self._behind = None
 
     def _completion_room(self, prepared: snapshot.Prepared) -> int:
         """The bytes a completion adds to ``prepared``: its tensors left to this rank's ring

@@ -20,10 +20,14 @@ written once; other replicated tensors, such as batch-norm statistics, change in
 forward pass, so the ring successor keeps a copy of its predecessor's run of those in every
 snapshot. With two replicas shares are not used.
 
-Dedup is trusted only after it is checked: at the first snapshot of every generation each rank
-checksums its replicated tensors and the ranks compare them over the process group. Replicas
-that differ (a script that is not data parallel, a wrong ``dp_size``) turn shares off for the
-rest of the process, with a warning, and every snapshot is whole again.
+Replicas are trusted only after they are checked: at the first snapshot of every generation
+each rank with a replica checksums its replicated tensors and the ranks compare them over the
+process group, with shares in use or not (two replicas), since a replica's snapshot also stands
+in for a rank whose own is lost (the agent's restore plan). Replicas that differ (a script that
+is not data parallel, a wrong ``dp_size``) turn shares off for the rest of the process, with a
+warning, so every snapshot is whole again; and the agent is told, so that no replica stands in
+from then on. Shares turned off turn the comparison off too (the way out for a script whose
+ranks do not all snapshot the same steps): the replicas then stand in unchecked.
 
 A restore decodes the rank's snapshot (or the one standing in for it) and reads each tensor
 held elsewhere from its holder's snapshot of the same step (:func:`fill_from_files`): memory
@@ -117,19 +121,27 @@ def fill_from_files(absent: list[snapshot.Absent], snapshots: Mapping[int, str])
 
 class ReplicaShares:
     def __init__(self, *, rank: int, layout: replicas.ReplicaLayout, enabled: bool,
-                 per_rank: Collection[str] = ()) -> None:
+                 per_rank: Collection[str] = (), local_world_size: int | None = None) -> None:
         """Args:
             layout: which ranks hold the same state.
             enabled: whether to write shares at all (a group of one or two replicas never
-                does: with each run kept twice, two replicas' shares are whole snapshots).
+                does: with each run kept twice, two replicas' shares are whole snapshots;
+                nor a group across hosts: a rank's whole state stays in its host's memory).
+                Off, the replicas are not compared either.
             per_rank: keys of the saved state that differ per rank and stay whole.
+            local_world_size: the ranks of each host, numbered in a run (None: one host).
         """
         self._rank = rank
         self._layout = layout
         self._group = layout.group(rank)
         self._per_rank = frozenset(per_rank)
-        self.enabled = enabled and len(self._group) > 2
+        per_host = local_world_size or layout.world_size
+        one_host = len({member // per_host for member in self._group}) == 1
+        self.enabled = enabled and len(self._group) > 2 and one_host
+        self._compared = enabled  # off: the ranks may not all snapshot together
         self._checked = False
+        self.differ = ""
+        """Once the replicas were found to differ: which groups, said for a person."""
         # The last answer of holders(), with what it depended on (see there).
         self._last: tuple[tuple[Any, ...], list[int | None] | None] | None = None
 
@@ -155,14 +167,19 @@ class ReplicaShares:
                 world_size, int(size) if size is not None else dp_size or world_size)
         except ValueError as error:
             raise SharesError(f"{where}: {error}") from error
+        local = environ.get("LOCAL_WORLD_SIZE")
+        try:
+            per_host = int(local) if local else None
+        except ValueError:
+            raise SharesError(f"LOCAL_WORLD_SIZE={local!r}: not a number of ranks") from None
         return cls(rank=rank, layout=layout, enabled=enabled is None or enabled,
-                   per_rank=per_rank)
+                   per_rank=per_rank, local_world_size=per_host)
 
     @property
     def replicated(self) -> bool:
         """Whether another rank holds this rank's state: a replica whose snapshot can stand in
-        for one this rank leaves unfinished."""
-        return len(self._group) > 1
+        for one this rank leaves unfinished (unless the replicas were found to differ)."""
+        return len(self._group) > 1 and not self.differ
 
     def new_generation(self) -> None:
         """The next snapshot checks again that the replicas are identical."""
@@ -190,6 +207,10 @@ class ReplicaShares:
         good part of what a small snapshot costs. The optimizers' state is among the tree's
         tensors (it is saved with them), so a state tensor replaced shows as another place."""
         if not self.enabled:
+            if not self._checked and self._compared and self.replicated:
+                per_rank = _per_rank_sources(tree, self._per_rank)
+                self._check([tensor for tensor, source in zip(tensors, sources, strict=True)
+                             if source not in per_rank])
             return None
         per_rank = _per_rank_sources(tree, self._per_rank)
         flags = tuple(source in per_rank for source in sources)
@@ -207,11 +228,8 @@ class ReplicaShares:
     def _work_out(self, tensors: list[torch.Tensor], per_rank: tuple[bool, ...],
                   optimizers: Sequence[torch.optim.Optimizer]) -> list[int | None] | None:
         replicated = [index for index, flag in enumerate(per_rank) if not flag]
-        if not self._checked:
-            self._checked = True
-            if not self._identical([tensors[index] for index in replicated]):
-                self.enabled = False
-                return None
+        if not self._checked and not self._check([tensors[index] for index in replicated]):
+            return None
         assigned = assign([tensors[index] for index in replicated], self._group)
         if len(set(assigned)) < len(self._group):
             # Too few tensors for a share each: whole, so that every snapshot written as
@@ -226,11 +244,17 @@ class ReplicaShares:
                 held[index] = holder
         return held
 
-    def _identical(self, tensors: list[torch.Tensor]) -> bool:
+    def _check(self, tensors: list[torch.Tensor]) -> bool:
+        """Compare the replicas' ``tensors`` (a collective: every rank checks at the same
+        snapshot); whether they are identical. Replicas that differ turn shares off and set
+        :attr:`differ`; without a process group shares are off, unchecked."""
+        self._checked = True
         if not (dist.is_available() and dist.is_initialized()):
-            logger.warning("rank %d: replicated state is snapshotted whole on every rank: "
-                           "shares need the process group to compare the replicas (checkpoint "
-                           "after init_process_group())", self._rank)
+            if self.enabled:
+                logger.warning("rank %d: replicated state is snapshotted whole on every rank: "
+                               "shares need the process group to compare the replicas "
+                               "(checkpoint after init_process_group())", self._rank)
+            self.enabled = False
             return False
         mine = torch.tensor([_digest(tensors)], dtype=torch.int64)
         every = [torch.zeros(1, dtype=torch.int64) for _ in range(self._layout.world_size)]
@@ -239,10 +263,14 @@ class ReplicaShares:
         # Every rank sees every digest, so every rank takes the same decision.
         differing = [list(group) for group in map(self._layout.group, range(self._layout.parts))
                      if len({digests[rank] for rank in group}) > 1]
-        if differing and self._rank == 0:
+        if not differing:
+            return True
+        self.enabled = False
+        self.differ = f"replica groups {differing} at dp-size {self._layout.dp_size}"
+        if self._rank == 0:
             logger.warning(
                 "the replicated state (everything saved but the per-rank keys) differs between "
-                "ranks that should hold the same: replica groups %s at dp-size %d. Is the script "
-                "data parallel, and is the dp-size right? Snapshots stay whole on every rank "
-                "from now on.", differing, self._layout.dp_size)
-        return not differing
+                "ranks that should hold the same: %s. Is the script data parallel, and is the "
+                "dp-size right? Snapshots stay whole on every rank from now on, and no "
+                "replica stands in for a lost rank.", self.differ)
+        return False
