@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.hosts import Cluster
-from tests.e2e.jobs import Job, clean_digest_of
+from tests.e2e.jobs import SCRIPTS, Job, clean_digest_of
 from tests.hosts.netns import HostNetwork, require_netns
 from trainguard.testing.fake_bmc import FakeBmc
 
@@ -89,6 +89,33 @@ def test_a_host_killed_whole_moves_its_ranks_to_the_spare(
     assert started[-1]["kept_processes"] == 2, "the other host keeps its processes"
     assert "this spare host takes node" in hosts[2].output()
     assert "spare host" in controller.output()
+
+
+def test_a_lost_hosts_rank_gets_no_state_from_a_replica_that_differs(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """One rank on each of two hosts, replicas by the default dp-size, each training its own
+    weight: host 1 lost, the spare takes rank 1. Its replica on host 0 holds rank 0's weight, so
+    it must not send it (before, rank 1 went on from rank 0's weight and ended 1 short)."""
+    controller = cluster.start_controller()
+    output = tmp_path / "weight"
+    job = [str(SCRIPTS / "divergent_recovery_job.py"), "--steps", "300", "--output",
+           str(output)]
+    common = ["--nproc-per-node", "1", "--max-restarts", "2", "--rdzv-conf",
+              "controller_wait=5"]
+    hosts = [cluster.host(node, *common, *job, nnodes="2:3") for node in range(3)]
+    hosts[0].wait_for("step 100", lambda: "step 100 " in hosts[0].output(), timeout=120)
+    hosts[1].kill()
+    assert [hosts[0].wait(), hosts[2].wait()] == [0, 0], hosts[0].output() + hosts[2].output()
+    assert [Path(f"{output}.{rank}").read_text() for rank in range(2)] == ["301\n", "302\n"]
+    assert "the replicas differ (replica groups [[0, 1]] at dp-size 2)" in hosts[0].output()
+    # The replica refused, the job restarted every rank from what it has of its own: here
+    # nothing on disk yet, so afresh, and the steps redone are counted (the hosts' answers to
+    # the restart's orders said how far the lost generation got).
+    assert [d["strategy"] for d in controller.events("job", "decision")] == [
+        "recover-in-place", "exit"]
+    recovery, = controller.events("job", "recovery-completed")
+    assert recovery["restore_source"] in ("none", "disk"), recovery
+    assert recovery["steps_lost"] >= 100 - recovery["restore_step"], recovery
 
 
 def test_a_host_whose_node_turns_unhealthy_leaves_and_the_spare_takes_its_ranks(

@@ -418,6 +418,9 @@ class JobController:
                     after = strategy
                     number += 1
                     continue
+            # Across hosts the failed generation's progress is known as its hosts report it:
+            # their answers to the orders above carried their newest.
+            self._note_progress(generation)
             self._started(formed)
             return formed, _Recovery(index, strategy, decided_at)
 

@@ -1,6 +1,7 @@
 """Not data parallel, under ``Session.run``: each rank adds 1 to its own weight every step,
 from a start of ``rank + 1``, and writes its final weight to ``OUTPUT.<rank>``; so each rank
-ends at ``rank + 1 + steps`` only if it resumed from its own state."""
+ends at ``rank + 1 + steps`` only if it resumed from its own state (or started afresh). Rank 0
+prints every 50th step."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def train() -> None:
                 model.weight.add_(1.0)
             time.sleep(0.02)
         session.checkpoint(state, step=step + 1)
+        if rank == 0 and step % 50 == 0:
+            print(f"step {step} ", flush=True)
     with open(f"{args.output}.{rank}", "w") as output:
         output.write(f"{model.weight[0, 0].item():g}\n")
 
