@@ -124,3 +124,19 @@ def test_replicas_that_differ_never_stand_in_for_a_lost_rank(run_job: Start,
     assert "a failed rank has no healthy data-parallel replica" in decision["reason"], decision
     (recovery,) = job.events("recovery-completed")
     assert (recovery["restore_source"], recovery["steps_lost"]) == ("memory", 0), recovery
+
+
+def test_a_scripts_dp_size_that_is_not_the_jobs_stops_it_naming_both(run_job: Start,
+                                                                       tmp_path: Path) -> None:
+    """The agent restores ranks from replicas by the job's dp-size: a script that says other
+    replicas is stopped at once, not left to be restored from ranks that are none."""
+    script = tmp_path / "own_dp_size.py"
+    script.write_text("import trainguard.train\n"
+                      "trainguard.train.Session(dp_size=1).close()\n")
+    job = run_job("--nproc-per-node", "2", str(script), run_id="own-dp-size")
+    assert job.wait() != 0
+    assert ("dp_size=1 is not the job's dp-size 2 (TRAINGUARD_DP_SIZE='2': trainguard run "
+            "--dp-size, by default the world size), by which the agent restores a rank from its "
+            "replicas: run with --dp-size 1") in job.output()
+    fixed = run_job("--nproc-per-node", "2", "--dp-size", "1", str(script), run_id="dp-size-1")
+    assert fixed.wait() == 0, fixed.output()

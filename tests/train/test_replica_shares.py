@@ -172,6 +172,10 @@ def test_settings_come_from_the_environment_first() -> None:
      "TRAINGUARD_DP_SIZE='3': dp-size 3 does not divide the world size 4"),
     ({"TRAINGUARD_DP_SIZE": "many"}, None, "TRAINGUARD_DP_SIZE='many': invalid literal"),
     ({}, 3, "dp_size=3: dp-size 3 does not divide the world size 4"),
+    ({"TRAINGUARD_DP_SIZE": "4"}, 2,
+     "dp_size=2 is not the job's dp-size 4 (TRAINGUARD_DP_SIZE='4': trainguard run --dp-size, "
+     "by default the world size), by which the agent restores a rank from its replicas: run "
+     "with --dp-size 2"),
     ({"LOCAL_WORLD_SIZE": "two"}, None, "LOCAL_WORLD_SIZE='two': not a number of ranks"),
 ])
 def test_a_malformed_setting_is_named(environ: dict[str, str], dp_size: int | None,

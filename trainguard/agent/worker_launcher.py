@@ -148,8 +148,8 @@ class WorkerLauncher:
         env["TRAINGUARD_DEVICE"] = str(self._devices[worker.rank])
         env["TRAINGUARD_TRACEBACKS"] = str(self._tracebacks)
         env[messages.STARTING_VARIABLE] = str(starting)
-        if settings.dp_size is not None:  # the session's replicas are the agent's
-            env["TRAINGUARD_DP_SIZE"] = str(settings.dp_size)
+        # The session's replicas are the agent's: a script's own dp_size must agree.
+        env["TRAINGUARD_DP_SIZE"] = str(settings.dp_size or settings.world_size)
         env.update(self.visibility())
         worker.secret = secrets.token_hex(16)
         env[messages.WORKER_SECRET_VARIABLE] = worker.secret

@@ -149,12 +149,15 @@ class ReplicaShares:
     def from_env(cls, *, rank: int, world_size: int, enabled: bool | None,
                  dp_size: int | None, per_rank: Collection[str] = (),
                  environ: Mapping[str, str] = os.environ) -> ReplicaShares:
-        """The session's settings, ``TRAINGUARD_SNAPSHOT_SHARES`` (``0``/``1``) and
-        ``TRAINGUARD_DP_SIZE`` winning over the arguments; shares are on unless turned off, and
-        the replicas default to every rank (pure data parallelism).
+        """The session's settings, ``TRAINGUARD_SNAPSHOT_SHARES`` (``0``/``1``) winning over
+        ``enabled``; shares are on unless turned off. The replicas are the job's, which the
+        agent passes as ``TRAINGUARD_DP_SIZE`` (``trainguard run --dp-size``, by default every
+        rank: pure data parallelism), since the agent restores a rank from its replicas by
+        them; ``dp_size`` must agree with it.
 
         Raises:
-            SharesError: a setting is malformed; the message names it.
+            SharesError: a setting is malformed, or ``dp_size`` is not the job's; the message
+                names it.
         """
         try:
             enabled = environment.flag("TRAINGUARD_SNAPSHOT_SHARES", enabled, environ=environ)
@@ -167,6 +170,11 @@ class ReplicaShares:
                 world_size, int(size) if size is not None else dp_size or world_size)
         except ValueError as error:
             raise SharesError(f"{where}: {error}") from error
+        if dp_size is not None and layout.dp_size != dp_size:
+            raise SharesError(
+                f"dp_size={dp_size} is not the job's dp-size {layout.dp_size} "
+                f"({where}: trainguard run --dp-size, by default the world size), by which "
+                f"the agent restores a rank from its replicas: run with --dp-size {dp_size}")
         local = environ.get("LOCAL_WORLD_SIZE")
         try:
             per_host = int(local) if local else None

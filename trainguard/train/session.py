@@ -204,9 +204,10 @@ class Session:
                 (:mod:`trainguard.train.replica_shares`; checked, and turned off with a
                 warning, when the replicas differ). Default on; ``TRAINGUARD_SNAPSHOT_SHARES``
                 (``1``/``0``) wins when set.
-            dp_size: data-parallel replicas (default: every rank; ``TRAINGUARD_DP_SIZE`` wins
-                when set); rank ``r``'s replicas are the ranks equal to ``r`` modulo
-                ``world_size / dp_size``.
+            dp_size: data-parallel replicas (default: every rank); rank ``r``'s replicas are
+                the ranks equal to ``r`` modulo ``world_size / dp_size``. Under ``trainguard
+                run`` it must be the job's (``--dp-size``, by default the world size), which
+                the agent restores ranks from replicas by.
             per_rank: keys of the saved state that differ per rank (a data loader's position):
                 every rank snapshots them whole. Random generators always are.
             copy_behind: under ``trainguard run`` only: the optimizers' tensors (parameters,
