@@ -323,7 +323,7 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
 
     agent = node_agent.NodeAgent(
         agent_settings, detector=heartbeat.HangDetector(settings.heartbeat), checkpoints=memory,
-        clock=clock, base_env=env, on_injection=note_injection)
+        clock=clock, base_env=env, on_injection=note_injection, record=events_recorder.record)
     config = (fault_config.FaultConfigDirectory(settings.fault_config_dir)
               if settings.fault_config_dir is not None else None)
     if config is not None:

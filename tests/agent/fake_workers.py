@@ -12,6 +12,7 @@ from trainguard.agent import checkpoint_memory, node_agent, workers
 from trainguard.agent.settings import AgentSettings
 from trainguard.detect import heartbeat
 from trainguard.ipc import messages
+from trainguard.job import events
 from trainguard.proto import versioned, worker_codec
 
 __all__ = ["FakeWriter", "agent_with_workers", "fake_worker"]
@@ -41,16 +42,18 @@ def fake_worker(rank: int, begun: int | None) -> tuple[workers.WorkerState, Fake
 
 def agent_with_workers(begun: Sequence[int | None], *, generation: int = 1,
                        restored: checkpoint_memory.RestoreChoice | None = None,
+                       recorded: list[events.Event] | None = None, checkpoints: Any = None,
                        **settings: Any) -> tuple[node_agent.NodeAgent, list[FakeWriter]]:
-    """A node agent (no checkpoints, no processes) in ``generation``, with a fake worker per
-    entry of ``begun`` (the step it began, or None); ``settings``: more AgentSettings."""
-    checkpoints: Any = None
+    """A node agent (no processes; no checkpoints unless given) in ``generation``, with a fake
+    worker per entry of ``begun`` (the step it began, or None); the events it records go to
+    ``recorded``; ``settings``: more AgentSettings."""
     agent = node_agent.NodeAgent(
         AgentSettings(nproc_per_node=len(begun), run_id="job", run_dir=Path("/nonexistent"),
                       program=workers.ProgramSpec("path", "train.py", ()), **settings),
         detector=heartbeat.HangDetector(heartbeat.HeartbeatSettings()),
         checkpoints=checkpoints, clock=clocks.SystemClock(), base_env={},
-        on_injection=lambda *_: None)
+        on_injection=lambda *_: None,
+        record=(recorded if recorded is not None else []).append)
     current = workers.Generation(
         number=generation, restart_count=generation, master_port=29500, started_at=0.0,
         restore=restored or checkpoint_memory.RestoreChoice(messages.RestoreSource.NONE, 0,

@@ -59,7 +59,7 @@ from trainguard.detect import heartbeat
 from trainguard.faults import process
 from trainguard.faults.device.device_events import Assertion
 from trainguard.ipc import checkpoint_layout, messages
-from trainguard.job import replicas
+from trainguard.job import events, replicas
 
 __all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
 
@@ -93,8 +93,10 @@ class NodeAgent:
         clock: clocks.Clock,
         base_env: Mapping[str, str],
         on_injection: Callable[[int, messages.InjectionKind, int | None], None],
+        record: Callable[[events.Event], object],
     ) -> None:
         self.settings = settings
+        self._record = record
         self._log = logging.LoggerAdapter(logger, {"job": settings.run_id,
                                                    "node": socket.gethostname()})
         self._detector = detector
@@ -692,8 +694,8 @@ class NodeAgent:
             case messages.ReplicasDiffer(detail=detail):
                 if not self.replicas_differ:
                     self.replicas_differ = detail
-                    self._log.warning("rank %d: the replicas differ (%s): no replica stands "
-                                      "in for a lost rank from now on", worker.rank, detail)
+                    self._record(events.ReplicasDiffer(job=self.settings.run_id,
+                                                       rank=worker.rank, detail=detail))
             case messages.LeftGeneration(generation=number):
                 if number == generation.number:
                     worker.left = message

@@ -23,6 +23,7 @@ _STYLES = {
     events.DecisionMade.KIND: "yellow",
     events.RecoveryCompleted.KIND: "bold green",
     events.CheckpointRejected.KIND: "bold yellow",
+    events.ReplicasDiffer.KIND: "bold yellow",
     events.JobFinished.KIND: "bold",
     events.SnapshotIntervalChosen.KIND: "cyan",
 }

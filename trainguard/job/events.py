@@ -28,6 +28,7 @@ __all__ = [
     "JobOutcome",
     "RecoveryCompleted",
     "RecoveryFailed",
+    "ReplicasDiffer",
     "RunMeasured",
     "SnapshotIntervalChosen",
     "StepProgress",
@@ -292,6 +293,20 @@ class FaultInjectionRequested(Event):
     def summary(self) -> str:
         when = f" at step {self.at_step}" if self.at_step is not None else " now"
         return f"injecting {self.kind} into rank {self.rank}{when}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicasDiffer(Event):
+    """Ranks that should hold the same state do not (their checksums differ): from now on no
+    replica stands in for a lost rank."""
+
+    KIND: ClassVar[str] = "replicas-differ"
+    rank: int  # the first rank to say so (every rank found the same)
+    detail: str  # which replica groups, at which dp-size
+
+    def summary(self) -> str:
+        return (f"rank {self.rank}: the replicas differ ({self.detail}): no replica stands in "
+                "for a lost rank from now on")
 
 
 @dataclasses.dataclass(frozen=True)
