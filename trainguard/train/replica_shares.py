@@ -214,14 +214,14 @@ class ReplicaShares:
         out: a training loop snapshots the same tensors every step, and the working out is a
         good part of what a small snapshot costs. The optimizers' state is among the tree's
         tensors (it is saved with them), so a state tensor replaced shows as another place."""
-        if not self.enabled:
-            if not self._checked and self._compared and self.replicated:
-                per_rank = _per_rank_sources(tree, self._per_rank)
-                self._check([tensor for tensor, source in zip(tensors, sources, strict=True)
-                             if source not in per_rank])
+        if not self.enabled and (self._checked or not self._compared or not self.replicated):
             return None
         per_rank = _per_rank_sources(tree, self._per_rank)
         flags = tuple(source in per_rank for source in sources)
+        if not self.enabled:  # no shares, but a replica that may stand in: compare
+            self._check([tensor for tensor, flag in zip(tensors, flags, strict=True)
+                         if not flag])
+            return None
         signature = (flags,
                      tuple((tensor.data_ptr(), tensor.nbytes)
                            for tensor, flag in zip(tensors, flags, strict=True) if not flag),
