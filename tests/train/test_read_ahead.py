@@ -18,7 +18,6 @@ from trainguard.job import replicas
 from trainguard.train import (
     agent_link,
     agent_memory,
-    copy_behind,
     replica_shares,
     session,
     snapshot,
@@ -56,7 +55,7 @@ def backend(agent: FakeAgent) -> Iterator[agent_memory.AgentMemoryBackend]:
     shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
                                           enabled=False)
     made = agent_memory.AgentMemoryBackend(link, rank=1, world_size=4, request_timeout=10.0,
-                                           shares=shares, behind=None)
+                                           shares=shares, behind=False)
     yield made
     made.close()
     link.close()
@@ -136,7 +135,7 @@ class Survivor:
                                               enabled=False)
         self.backend = agent_memory.AgentMemoryBackend(
             self.link, rank=0, world_size=1, request_timeout=10.0, shares=shares,
-            behind=copy_behind.CopyBehind())
+            behind=True)
         torch.manual_seed(0)
         self.norm, self.linear = torch.nn.BatchNorm1d(1024), torch.nn.Linear(1024, 4096)
         self.model = torch.nn.Sequential(self.norm, self.linear)

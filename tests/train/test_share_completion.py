@@ -26,7 +26,7 @@ class Job:
                                               enabled=True)
         shares._checked = True  # one process: no replicas to compare
         self.backend = agent_memory.AgentMemoryBackend(
-            self.link, rank=1, world_size=3, request_timeout=5.0, shares=shares, behind=None)
+            self.link, rank=1, world_size=3, request_timeout=5.0, shares=shares, behind=False)
         torch.manual_seed(0)
         # with buffers the optimizer does not own (batch-norm statistics): taken from the
         # slot, not from the live module, whose forward passes may have moved them

@@ -91,22 +91,21 @@ class _ReadAhead:
 class AgentMemoryBackend:
     def __init__(self, link: agent_link.AgentLink, *, rank: int, world_size: int,
                  request_timeout: float, shares: replica_shares.ReplicaShares,
-                 behind: copy_behind.CopyBehind | None = None,
-                 behind_for_replica: bool = False) -> None:
+                 behind: bool | None = False) -> None:
         """Nothing is reserved yet: the first snapshot of each slot asks the agent for memory.
 
         Args:
             link: the connection to this worker's agent.
             request_timeout: seconds to wait for the agent to answer a restore or a reservation.
             shares: which tensors this rank writes, and how a restore assembles the rest.
-            behind: copies the optimizers' tensors while the next step computes; None: every
-                snapshot is copied before ``save`` returns.
-            behind_for_replica: ``behind`` is on only because a replica's snapshot can stand
-                in for one this rank leaves unfinished: it is turned off if the replicas
-                turn out to differ.
+            behind: whether the optimizers' tensors are copied while the next step computes
+                (False: every snapshot is copied before ``save`` returns); None: while this
+                rank has a replica (``shares.replicated``). A rank killed while its copy runs
+                behind loses its newest snapshot, and only a replica's can stand in for it;
+                without one, the copy behind would cost a step in most kills.
         """
-        self._behind = behind
-        self._behind_for_replica = behind_for_replica
+        self._behind = copy_behind.CopyBehind() if behind is not False else None
+        self._behind_setting = behind
         self._told_differ = False
         self._shares = shares
         self._link = link
@@ -173,12 +172,15 @@ class AgentMemoryBackend:
             tree, holders=None if whole else functools.partial(self._shares.holders,
                                                                optimizers=optimizers))
         if self._shares.differ and not self._told_differ:
-            self._replicas_differ()
+            self._told_differ = True
+            self._link.send(messages.ReplicasDiffer(self._shares.differ, time.monotonic()))
         mapped = self._slot(slot, prepared.nbytes + self._completion_room(prepared))
+        behind = self._behind if (self._shares.replicated if self._behind_setting is None
+                                  else self._behind_setting) else None
         owned: list[int] = []  # the optimizers' tensors, by index, for a copy behind
         # Below the threshold in all, no subset is worth a thread: skip finding the owned ones.
-        if optimizers and self._behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
-            self._behind.guard(optimizers)
+        if optimizers and behind is not None and prepared.payload_len >= COPY_BEHIND_BYTES:
+            behind.guard(optimizers)
             owners = copy_behind.optimizer_tensors(optimizers)
             owned = [index for index, tensor in enumerate(prepared.tensors)
                      if tensor.data_ptr() in owners]
@@ -191,22 +193,14 @@ class AgentMemoryBackend:
         self._saved = _Saved(slot, step, generation, prepared, self._steps.count,
                              frozenset(owned))
         blocked = time.perf_counter() - started
-        if later and self._behind is not None:
+        if later and behind is not None:
             self._last_seconds = blocked
-            self._behind.submit(lambda: self._commit(finish, step, slot, prepared.nbytes,
-                                                     before=blocked, hold=True))
+            behind.submit(lambda: self._commit(finish, step, slot, prepared.nbytes,
+                                               before=blocked, hold=True))
             return blocked
         self._commit(finish, step, slot, prepared.nbytes, before=blocked, hold=not declared)
         self._last_seconds = time.perf_counter() - started
         return self._last_seconds
-
-    def _replicas_differ(self) -> None:
-        """The comparison of this save found the replicas different: the agent must not let
-        one stand in for another, and a copy behind that relied on it stops."""
-        self._told_differ = True
-        self._link.send(messages.ReplicasDiffer(self._shares.differ, time.monotonic()))
-        if self._behind_for_replica:
-            self._behind = None
 
     def _completion_room(self, prepared: snapshot.Prepared) -> int:
         """The bytes a completion adds to ``prepared``: its tensors left to this rank's ring

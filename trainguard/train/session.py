@@ -83,7 +83,6 @@ from trainguard.train import (
     state_backend,
     torch_version,
 )
-from trainguard.train import copy_behind as copy_behind_module
 
 __all__ = ["DeviceError", "GenerationAborted", "InjectedFaultError", "RestoreInfo", "Session",
            "SessionError"]
@@ -108,19 +107,6 @@ def _flag(variable: str, argument: bool | None) -> bool | None:
         return environment.flag(variable, argument)
     except ValueError as error:
         raise SessionError(str(error)) from None
-
-
-def _copy_behind(enabled: bool | None, *, replicated: bool
-                 ) -> tuple[copy_behind_module.CopyBehind | None, bool]:
-    """The copy behind, and whether it is on only for the rank's replica. By default it is on
-    only for a rank with a replica: a rank killed while its copy runs behind loses its newest
-    snapshot, and only a replica's can stand in for it; without one, the copy behind would
-    cost a step in most kills.
-
-    Raises: SessionError: ``TRAINGUARD_SNAPSHOT_COPY_BEHIND`` is not 0 or 1."""
-    setting = _flag("TRAINGUARD_SNAPSHOT_COPY_BEHIND", enabled)
-    on = replicated if setting is None else setting
-    return (copy_behind_module.CopyBehind() if on else None), on and setting is None
 
 
 def _read_ahead_setting(enabled: bool | None) -> bool:
@@ -264,12 +250,11 @@ class Session:
             self._link = agent_link.AgentLink(address, on_order=self._on_order)
         except agent_link.AgentLinkError as error:
             raise SessionError(str(error)) from error
-        shares = self._shares(share_replicas, dp_size, per_rank)
-        behind, for_replica = _copy_behind(copy_behind, replicated=shares.replicated)
         self._state = agent_memory.AgentMemoryBackend(
             self._link, rank=self.rank, world_size=self.world_size,
-            request_timeout=request_timeout, shares=shares, behind=behind,
-            behind_for_replica=for_replica)
+            request_timeout=request_timeout,
+            shares=self._shares(share_replicas, dp_size, per_rank),
+            behind=_flag("TRAINGUARD_SNAPSHOT_COPY_BEHIND", copy_behind))
         # After the backend: the agent answers the hello with orders (the snapshot interval).
         self._link.hello(rank=self.rank, local_rank=self.local_rank, generation=self.generation)
         self._read_ahead()  # while the script builds its model and its process group
