@@ -225,11 +225,13 @@ def test_a_second_memory_error_without_spares_fails_the_job(store: sqlite.Sqlite
     run_scenario(scenario)
 
 
-@pytest.mark.parametrize(("dp_size", "differ"), [
-    (1, ""), (2, "replica groups [[0, 2], [1, 3]] at dp-size 2")],
+@pytest.mark.parametrize(("dp_size", "differ", "why"), [
+    (1, "", "a failed rank has no healthy data-parallel replica"),
+    (2, "replica groups [[0, 2], [1, 3]] at dp-size 2",
+     "the ranks found their replicas different, so none stands in for another")],
     ids=["no replica", "replicas found to differ"])
 def test_a_second_memory_error_without_replicas_restarts_the_job(
-        store: sqlite.SqliteStore, dp_size: int, differ: str) -> None:
+        store: sqlite.SqliteStore, dp_size: int, differ: str, why: str) -> None:
     async def scenario() -> None:
         h = _harness(store, spares=2, dp_size=dp_size)
         h.agent.replicas_differ = differ
@@ -246,7 +248,7 @@ def test_a_second_memory_error_without_replicas_restarts_the_job(
 
         assert [record.decision.strategy for record in result.faults] == [
             policy.Strategy.RETRY, policy.Strategy.EXIT]
-        assert "a failed rank has no healthy data-parallel replica" in _decisions(h)[1][1]
+        assert why in _decisions(h)[1][1]
         assert _moved(h) == [[], [0]], "the restart moves rank 0 off its separated device"
         assert [w.device for w in third.workers.values()] == [4, 1, 2, 3]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import signal
@@ -355,6 +356,18 @@ def test_a_separated_device_without_a_healthy_replica_exits(
     assert decision.strategy is Strategy.EXIT, why
     assert decision.reason.endswith(
         "not move to spare, dump: a failed rank has no healthy data-parallel replica)")
+
+
+def test_replicas_found_different_stand_in_for_no_rank_and_the_reason_says_so() -> None:
+    context = dataclasses.replace(_context(_fault(code=SEPARATE), spares_left=2),
+                                  replicas_differ=True)
+
+    decision = policy.decide(SETTINGS, context)
+
+    assert decision.strategy is Strategy.EXIT
+    assert decision.reason.endswith(
+        "not move to spare, dump: the ranks found their replicas different, so none stands in "
+        "for another)")
 
 
 def test_a_failed_replica_is_no_healthy_donor() -> None:

@@ -206,6 +206,7 @@ class FaultContext:
     alive: Collection[int] = ()  # ranks whose process is still there
     spares_left: int = 0
     layout: replicas.ReplicaLayout | None = None
+    replicas_differ: bool = False  # the ranks found their replicas different: layout is None
     isolated: Collection[int] = ()  # ranks on isolated devices: any restart moves them to spares
     repeats: int = 1  # this failure, identical and before any step completed, so many in a row
     retries_left: int | None = None  # unconditional retries left (fault-retry-times); None: any
@@ -258,6 +259,8 @@ def _why_not(strategy: Strategy, context: FaultContext) -> str | None:
     elif strategy in (Strategy.RECOVER, Strategy.DUMP):
         if strategy is Strategy.RECOVER and context.spares_left < len(failed):
             return f"{context.spares_left} spare devices for {len(failed)} failed ranks"
+        if context.replicas_differ:
+            return "the ranks found their replicas different, so none stands in for another"
         layout = context.layout
         healthy = set(context.alive) - failed
         if layout is None or any(layout.donor(rank, healthy) is None for rank in failed):
