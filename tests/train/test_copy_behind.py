@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -195,9 +196,11 @@ def _compared_as_different(monkeypatch: pytest.MonkeyPatch) -> None:
     """The replicas' comparison runs as in a process group of ranks that all differ."""
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
 
-    def all_gather(every: list[torch.Tensor], mine: torch.Tensor) -> None:
+    def all_gather(every: list[torch.Tensor], mine: torch.Tensor, *,
+                   async_op: bool = False) -> types.SimpleNamespace:
         for rank, digest in enumerate(every):
             digest.copy_(mine + rank)
+        return types.SimpleNamespace(wait=lambda: True)  # a work already done
 
     monkeypatch.setattr(torch.distributed, "all_gather", all_gather)
 

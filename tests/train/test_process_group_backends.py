@@ -4,10 +4,6 @@ carry it. NCCL itself cannot run here: its backend is faked through the same loo
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +11,7 @@ import pytest
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from trainguard import testing
+from tests.train.worker_ranks import run_ranks
 from trainguard.train import communicator, process_group
 
 _WORKER = Path(__file__).with_name("exchange_worker.py")
@@ -88,21 +84,7 @@ def test_an_nccl_generation_is_aborted_from_any_thread_then_unregistered_through
 
 def test_state_goes_over_a_gloo_pair_group_when_the_job_group_carries_no_cpu_tensors(
         tmp_path: Path) -> None:
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    ranks = [subprocess.Popen([sys.executable, str(_WORKER), str(rank), str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment,
-                              start_new_session=True) for rank in (0, 1)]
-    outputs = []
-    try:
-        for process in ranks:
-            output, _ = process.communicate(timeout=120)
-            assert process.returncode == 0, output.decode()
-            outputs.append(json.loads(output.decode().strip().splitlines()[-1]))
-    finally:
-        for process in ranks:
-            if process.poll() is None:
-                testing.end_process_tree(process.pid)
-                process.wait(30)
+    outputs = run_ranks(_WORKER, 2, tmp_path)
     for result in outputs:
         assert result["trees"] == [{"step": 3, "weight": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}] * 2
         assert result["pair_groups"] == [[0, 1]]  # formed once, reused by the second exchange

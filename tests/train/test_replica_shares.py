@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -255,10 +256,12 @@ def _gathered(monkeypatch: pytest.MonkeyPatch, *, identical: bool) -> list[int]:
     (``identical``) or all different; returns the size of each all-gather made."""
     gathered: list[int] = []
 
-    def all_gather(every: list[torch.Tensor], mine: torch.Tensor) -> None:
+    def all_gather(every: list[torch.Tensor], mine: torch.Tensor, *,
+                   async_op: bool = False) -> types.SimpleNamespace:
         gathered.append(len(every))
         for rank, digest in enumerate(every):
             digest.copy_(mine if identical else mine + rank)
+        return types.SimpleNamespace(wait=lambda: True)  # a work already done
 
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.distributed, "all_gather", all_gather)

@@ -6,10 +6,10 @@ Same on-disk format as under ``trainguard run`` (:mod:`trainguard.ipc.checkpoint
 ``every``-th step to resume at is saved: each rank writes its own shard (a committed snapshot,
 checksummed, ``fsync``-ed, renamed into place) into a ``.partial-`` directory that rank 0 names;
 once every rank has reported its shard (a gather over ``torch.distributed``, which is the
-barrier), rank 0 writes the manifest and publishes the directory under its final name, then
-keeps the newest ``keep``. A checkpoint that cannot be written is skipped with a warning, and
-training goes on. A restore loads the newest complete checkpoint that verifies, for this world
-size; every rank reads the same directory and so picks the same step.
+barrier: :mod:`.collectives`), rank 0 writes the manifest and publishes the directory under its
+final name, then keeps the newest ``keep``. A checkpoint that cannot be written is skipped with
+a warning, and training goes on. A restore loads the newest complete checkpoint that verifies,
+for this world size; every rank reads the same directory and so picks the same step.
 
 Settings come from the environment of ``trainguard run``'s own options where one exists:
 ``TRAINGUARD_CHECKPOINT_DIR``, ``TRAINGUARD_KEEP_CHECKPOINTS``, and
@@ -25,20 +25,17 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from trainguard import clock as clocks
 from trainguard.ipc import checkpoint_layout, snapshot_layout
-from trainguard.train import replica_shares, snapshot, state_backend
+from trainguard.train import collectives, replica_shares, snapshot, state_backend
 
 __all__ = ["LocalDirectoryBackend", "LocalDirectorySettings"]
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +127,7 @@ class LocalDirectoryBackend:
         Raises:
             StateError: several ranks but no process group to agree through.
         """
-        if self._world_size > 1 and not _grouped():
+        if self._world_size > 1 and not collectives.grouped():
             raise state_backend.StateError(
                 f"checkpoint() with WORLD_SIZE={self._world_size} outside trainguard run needs "
                 "torch.distributed initialised (init_process_group), so that rank 0 completes "
@@ -144,7 +141,7 @@ class LocalDirectoryBackend:
                 partial = str(target)
             except OSError as error:
                 problem = f"cannot create a directory in {self._directory.root}: {error}"
-        partial = _from_rank0(partial)
+        partial = collectives.from_rank0(partial)
         written: checkpoint_layout.ShardRecord | str = problem  # rank 0's, or none
         if partial:
             try:
@@ -152,7 +149,7 @@ class LocalDirectoryBackend:
                                             generation=generation)
             except OSError as error:
                 written = f"rank {self._rank}: {error}"
-        reports = _to_rank0(written)
+        reports = collectives.to_rank0(written)
         if reports is not None:
             self._complete(Path(partial) if partial else None, step, reports)
         return time.perf_counter() - started
@@ -221,25 +218,3 @@ class LocalDirectoryBackend:
     def close(self) -> None:
         """Nothing is held between checkpoints."""
 
-
-def _grouped() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
-def _from_rank0(value: T) -> T:
-    """Rank 0's ``value``, on every rank."""
-    if not _grouped():
-        return value
-    box: list[Any] = [value]
-    dist.broadcast_object_list(box, src=0)
-    result: T = box[0]
-    return result
-
-
-def _to_rank0(value: T) -> list[T] | None:
-    """Every rank's ``value``, by rank, on rank 0 (None elsewhere), once every rank sent it."""
-    if not _grouped():
-        return [value]
-    gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(value, gathered, dst=0)
-    return gathered

@@ -46,7 +46,7 @@ import torch.distributed as dist
 import xxhash
 
 from trainguard.job import replicas
-from trainguard.train import copy_behind, environment, snapshot
+from trainguard.train import collectives, copy_behind, environment, snapshot
 
 __all__ = ["ReplicaShares", "SharesError", "assign", "fill_from_files", "kept"]
 
@@ -266,7 +266,7 @@ class ReplicaShares:
             return False
         mine = torch.tensor([_digest(tensors)], dtype=torch.int64)
         every = [torch.zeros(1, dtype=torch.int64) for _ in range(self._layout.world_size)]
-        dist.all_gather(every, mine)
+        collectives.hold(dist.all_gather(every, mine, async_op=True))
         digests = [int(digest.item()) for digest in every]
         # Every rank sees every digest, so every rank takes the same decision.
         differing = [list(group) for group in map(self._layout.group, range(self._layout.parts))
