@@ -386,6 +386,7 @@ def main() -> None:
     _fault_engine(lines)
     summary_costs.overhead(lines)
     summary_costs.snapshot_overhead(lines)
+    summary_costs.snapshot_overhead(lines, "snapshot-overhead-16-cores")
     path = common.RESULTS / "SUMMARY.md"
     path.write_text("\n".join(lines))
     print(path.read_text())
