@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks import common
-from trainguard.train import process_group, snapshot
+from trainguard.train import collectives, process_group, snapshot
 
 _PROBE_TIMEOUT = 60.0
 
@@ -150,6 +150,10 @@ def _probe(kind: str, rank: int, directory: Path) -> None:
     if kind == "pair":
         print(json.dumps({"sum": value.item(), "ok": value.item() == 2.0}), flush=True)
         os._exit(0)  # no teardown of the group: what is measured is that it formed
+    # trainguard's own collectives (checkpoints without an agent, the replicas' comparison)
+    # over a group that carries only CUDA tensors.
+    objects = [collectives.from_rank0(("from rank 0", 1)), collectives.to_rank0(("to rank 0", 2))]
+    objects_ok = objects == [("from rank 0", 1), [("to rank 0", 2)]]
     started = time.perf_counter()
     aborted = process_group.abort_nccl()
     groups = process_group.drop()
@@ -160,8 +164,8 @@ def _probe(kind: str, rank: int, directory: Path) -> None:
     again = torch.full((1,), 2.0, device="cuda")
     dist.all_reduce(again)
     print(json.dumps({"aborted": aborted, "left_groups": len(groups), "leave_seconds": left,
-                      "next_generation_sum": again.item(),
-                      "ok": aborted == 1 and again.item() == 2.0}), flush=True)
+                      "next_generation_sum": again.item(), "objects_over_nccl": objects_ok,
+                      "ok": aborted == 1 and again.item() == 2.0 and objects_ok}), flush=True)
     os._exit(0)  # the left groups are abandoned: no destructor of theirs runs
 
 

@@ -355,10 +355,14 @@ def _gpu(lines: list[str]) -> None:
         f"{', '.join(stall['restored_on'])} in "
         f"{seconds(stall['restore_seconds'])}, bit for bit: {stall['restored_bitwise']}"]
     if "nccl_abort" in found:
+        abort = found["nccl_abort"]
+        objects = abort.get("objects_over_nccl")  # absent from results before it was checked
         lines.append(f"- NCCL: a group aborted and left in "
-                     f"{seconds(found['nccl_abort'].get('leave_seconds'))}, the next one "
-                     f"working: {found['nccl_abort']['ok']}; two ranks on one GPU: "
-                     + ("yes" if pair.get("ok") else f"no ({refusal})"))
+                     f"{seconds(abort.get('leave_seconds'))}, the next one "
+                     f"working: {abort['ok']}; two ranks on one GPU: "
+                     + ("yes" if pair.get("ok") else f"no ({refusal})")
+                     + ("" if objects is None else
+                        f"; trainguard's object collectives over it: {objects}"))
     lines.append(f"- kill -9 of one of two ranks ({recovery['backend']}, CUDA tensors): every "
                  f"rank stepping again after {seconds(recovery['recover_seconds'])}, "
                  f"{recovery['steps_lost']} steps lost, the other process kept: "

@@ -12,12 +12,12 @@ import torch
 import torch.distributed as dist
 
 from trainguard.ipc import messages
-from trainguard.train import process_group, snapshot
+from trainguard.train import collectives, process_group, snapshot
 
 rank, directory = int(sys.argv[1]), Path(sys.argv[2])
 dist.init_process_group("gloo", init_method=f"file://{directory / 'store'}", rank=rank,
                         world_size=2)
-process_group._carries_cpu_tensors = lambda: False
+collectives.carries_cpu_tensors = lambda: False
 path = directory / "slot"
 if rank == 0:
     prepared = snapshot.prepare({"weight": torch.arange(6.0), "step": 3})

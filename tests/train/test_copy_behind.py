@@ -15,7 +15,14 @@ import torch
 
 from tests.train.fake_agent import FakeAgent
 from trainguard.ipc import messages
-from trainguard.train import agent_memory, copy_behind, device_copy, session, snapshot
+from trainguard.train import (
+    agent_memory,
+    collectives,
+    copy_behind,
+    device_copy,
+    session,
+    snapshot,
+)
 
 _COPY_THREAD = "trainguard-snapshot-copy"
 
@@ -195,6 +202,7 @@ def test_replicas_found_to_differ_stop_a_copy_behind_that_relied_on_them(
 def _compared_as_different(monkeypatch: pytest.MonkeyPatch) -> None:
     """The replicas' comparison runs as in a process group of ranks that all differ."""
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(collectives, "device", lambda: torch.device("cpu"))
 
     def all_gather(every: list[torch.Tensor], mine: torch.Tensor, *,
                    async_op: bool = False) -> types.SimpleNamespace:

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 from tests.train.worker_ranks import run_ranks
-from trainguard.train import communicator, process_group
+from trainguard.train import collectives, communicator, process_group
 
 _WORKER = Path(__file__).with_name("exchange_worker.py")
 
@@ -51,7 +52,8 @@ def test_a_gloo_generation_is_unregistered_without_an_abort(
     aborted: list[object] = []
     monkeypatch.setattr(distributed_c10d, "_abort_process_group", aborted.append)
     assert process_group.abort_nccl() == 0
-    assert process_group._carries_cpu_tensors()
+    assert collectives.carries_cpu_tensors()
+    assert collectives.device() == torch.device("cpu")
     groups = process_group.drop()
     communicator.abandon(*groups)
     assert len(groups) == 1

@@ -12,7 +12,7 @@ import torch
 
 from trainguard.ipc import snapshot_layout
 from trainguard.job import replicas
-from trainguard.train import replica_shares, snapshot
+from trainguard.train import collectives, replica_shares, snapshot
 
 
 def tree() -> dict[str, object]:
@@ -264,6 +264,7 @@ def _gathered(monkeypatch: pytest.MonkeyPatch, *, identical: bool) -> list[int]:
         return types.SimpleNamespace(wait=lambda: True)  # a work already done
 
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(collectives, "device", lambda: torch.device("cpu"))
     monkeypatch.setattr(torch.distributed, "all_gather", all_gather)
     return gathered
 

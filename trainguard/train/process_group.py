@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 from trainguard.ipc import messages, snapshot_layout
-from trainguard.train import snapshot
+from trainguard.train import collectives, snapshot
 
 __all__ = ["ExchangeError", "abort_nccl", "drop", "exchange_state", "exchanges",
            "keep_process_on_nccl_errors"]
@@ -86,16 +86,10 @@ def drop() -> list[object]:
     return list(groups)
 
 
-def _carries_cpu_tensors() -> bool:
-    """Whether the job's default group has a backend for CPU tensors."""
-    return any(device.startswith("cpu:")
-               for device in dist.get_backend_config().split(","))
-
-
 def _cpu_group(peer: int) -> dist.ProcessGroup | None:
     """The group that carries CPU tensors between this rank and ``peer``: None for the default
     group, else a gloo group of the two (both call this; no other rank needs to)."""
-    if _carries_cpu_tensors():
+    if collectives.carries_cpu_tensors():
         return None
     pair = sorted((dist.get_rank(), peer))
     for existing in _groups():  # formed by an earlier exchange of this generation

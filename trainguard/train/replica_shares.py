@@ -264,8 +264,10 @@ class ReplicaShares:
                                "(checkpoint after init_process_group())", self._rank)
             self.enabled = False
             return False
-        mine = torch.tensor([_digest(tensors)], dtype=torch.int64)
-        every = [torch.zeros(1, dtype=torch.int64) for _ in range(self._layout.world_size)]
+        where = collectives.device()  # a GPU when the job's group is NCCL's alone
+        mine = torch.tensor([_digest(tensors)], dtype=torch.int64, device=where)
+        every = [torch.zeros(1, dtype=torch.int64, device=where)
+                 for _ in range(self._layout.world_size)]
         collectives.hold(dist.all_gather(every, mine, async_op=True))
         digests = [int(digest.item()) for digest in every]
         # Every rank sees every digest, so every rank takes the same decision.
