@@ -57,4 +57,7 @@ if rank == 0 and args.output is not None:
         digest.update(name.encode() + tensor.numpy().tobytes())
     args.output.write_text(f"{digest.hexdigest()}\n")
 if distributed:
+    # With the DDP model still alive, as many scripts end: the group outlives this call, and a
+    # collective trainguard made must not be freed by gloo's thread at the interpreter's
+    # shutdown (train/collectives.py).
     dist.destroy_process_group()
