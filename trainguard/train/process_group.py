@@ -61,7 +61,7 @@ def _nccl(group: dist.ProcessGroup) -> Any:
 
 
 def _groups() -> list[dist.ProcessGroup]:
-    if not (dist.is_available() and dist.is_initialized()):
+    if not collectives.grouped():
         return []
     return list(distributed_c10d._world.pg_map)
 
@@ -118,7 +118,7 @@ def exchange_state(plan: messages.RestorePlan, *, absent: list[snapshot.Absent] 
     """
     if not exchanges(plan):
         return None
-    if not (dist.is_available() and dist.is_initialized()):
+    if not collectives.grouped():
         raise ExchangeError("the state comes from a data-parallel peer this time, which needs "
                             "the process group: call restore() after init_process_group()")
     if plan.source is messages.RestoreSource.PEER and plan.peer is not None:

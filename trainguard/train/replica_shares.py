@@ -257,7 +257,7 @@ class ReplicaShares:
         snapshot); whether they are identical. Replicas that differ turn shares off and set
         :attr:`differ`; without a process group shares are off, unchecked."""
         self._checked = True
-        if not (dist.is_available() and dist.is_initialized()):
+        if not collectives.grouped():
             if self.enabled:
                 logger.warning("rank %d: replicated state is snapshotted whole on every rank: "
                                "shares need the process group to compare the replicas "
