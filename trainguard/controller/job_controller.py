@@ -459,7 +459,6 @@ class JobController:
         """What the policy looks at; ``others``: the other ranks that failed by themselves;
         ``spent``: this fault's retry is already counted."""
         workers = generation.workers.values()
-        trusted = self._agent.trusted_layout
         return policy.FaultContext(
             fault=fault, age=fault.detected_at - generation.started_at,
             progressed=generation.completed_step is not None, world_size=self._world_size,
@@ -471,7 +470,8 @@ class JobController:
             repeats=self._repeated[1],
             in_process=all(w.in_process for w in workers),
             alive=[w.rank for w in workers if w.alive],
-            spares_left=self._agent.spares_left, layout=trusted, replicas_differ=trusted is None,
+            spares_left=self._agent.spares_left, layout=self._agent.layout,
+            replicas_differ=self._agent.trusted_layout is None,
             isolated=[w.rank for w in workers if self._device_name(w) in self._isolated])
 
     def _count_repeats(self, generation: api.GenerationHandle,

@@ -206,7 +206,7 @@ class FaultContext:
     alive: Collection[int] = ()  # ranks whose process is still there
     spares_left: int = 0
     layout: replicas.ReplicaLayout | None = None
-    replicas_differ: bool = False  # the ranks found their replicas different: layout is None
+    replicas_differ: bool = False  # the ranks found their replicas different: none stands in
     isolated: Collection[int] = ()  # ranks on isolated devices: any restart moves them to spares
     repeats: int = 1  # this failure, identical and before any step completed, so many in a row
     retries_left: int | None = None  # unconditional retries left (fault-retry-times); None: any
