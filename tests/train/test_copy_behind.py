@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import threading
 import time
-import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,10 @@ import pytest
 import torch
 
 from tests.train.fake_agent import FakeAgent
+from tests.train.fake_comparison import compare_as
 from trainguard.ipc import messages
 from trainguard.train import (
     agent_memory,
-    collectives,
     copy_behind,
     device_copy,
     session,
@@ -187,7 +186,7 @@ def test_replicas_found_to_differ_stop_a_copy_behind_that_relied_on_them(
     if setting is None:
         monkeypatch.delenv("TRAINGUARD_SNAPSHOT_COPY_BEHIND")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    _compared_as_different(monkeypatch)
+    compare_as(monkeypatch, identical=False)
     *_, state = _job()
     trainer = session.Session(handle_sigterm=False)  # two replicas: compared, no shares
     agent.order(messages.SnapshotInterval(every=1, from_step=0))
@@ -197,20 +196,6 @@ def test_replicas_found_to_differ_stop_a_copy_behind_that_relied_on_them(
     assert bool(moved) is behind
     (told,) = [m for m in agent.received if isinstance(m, messages.ReplicasDiffer)]
     assert told.detail == "replica groups [[0, 1]] at dp-size 2"
-
-
-def _compared_as_different(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The replicas' comparison runs as in a process group of ranks that all differ."""
-    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
-    monkeypatch.setattr(collectives, "device", lambda: torch.device("cpu"))
-
-    def all_gather(every: list[torch.Tensor], mine: torch.Tensor, *,
-                   async_op: bool = False) -> types.SimpleNamespace:
-        for rank, digest in enumerate(every):
-            digest.copy_(mine + rank)
-        return types.SimpleNamespace(wait=lambda: True)  # a work already done
-
-    monkeypatch.setattr(torch.distributed, "all_gather", all_gather)
 
 
 def test_a_state_below_the_threshold_is_copied_at_once(

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.train.fake_comparison import compare_as
 from trainguard.ipc import snapshot_layout
 from trainguard.job import replicas
-from trainguard.train import collectives, replica_shares, snapshot
+from trainguard.train import replica_shares, snapshot
 
 
 def tree() -> dict[str, object]:
@@ -251,31 +251,13 @@ def test_the_holders_are_worked_out_again_only_when_what_they_depend_on_changed(
     assert not shares.enabled
 
 
-def _gathered(monkeypatch: pytest.MonkeyPatch, *, identical: bool) -> list[int]:
-    """The replicas' comparison runs as in a process group whose ranks' digests are all alike
-    (``identical``) or all different; returns the size of each all-gather made."""
-    gathered: list[int] = []
-
-    def all_gather(every: list[torch.Tensor], mine: torch.Tensor, *,
-                   async_op: bool = False) -> types.SimpleNamespace:
-        gathered.append(len(every))
-        for rank, digest in enumerate(every):
-            digest.copy_(mine if identical else mine + rank)
-        return types.SimpleNamespace(wait=lambda: True)  # a work already done
-
-    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
-    monkeypatch.setattr(collectives, "device", lambda: torch.device("cpu"))
-    monkeypatch.setattr(torch.distributed, "all_gather", all_gather)
-    return gathered
-
-
 @pytest.mark.parametrize("dp_size", [4, 2], ids=["shares", "two replicas: no shares"])
 @pytest.mark.parametrize("identical", [True, False], ids=["identical", "different"])
 def test_the_replicas_are_compared_once_a_generation_shares_or_not(
         monkeypatch: pytest.MonkeyPatch, dp_size: int, identical: bool) -> None:
     """A replica's snapshot stands in for a lost rank's, so the replicas are compared also
     where shares are not used; found different, they stay so for the rest of the process."""
-    gathered = _gathered(monkeypatch, identical=identical)
+    gathered = compare_as(monkeypatch, identical=identical)
     shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, dp_size),
                                           enabled=True)
     saved = tree()
@@ -296,7 +278,7 @@ def test_replicas_on_other_hosts_are_compared_without_shares(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Across hosts no shares are written, but a replica on another host sends a lost host's
     ranks their state: the replicas are compared all the same."""
-    gathered = _gathered(monkeypatch, identical=False)
+    gathered = compare_as(monkeypatch, identical=False)
     shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 2),
                                           enabled=True, local_world_size=2)
     assert holders(shares, tree()) is None
@@ -306,7 +288,7 @@ def test_replicas_on_other_hosts_are_compared_without_shares(
 
 def test_shares_turned_off_compare_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The way out for ranks that do not all snapshot the same steps: no collective."""
-    gathered = _gathered(monkeypatch, identical=False)
+    gathered = compare_as(monkeypatch, identical=False)
     shares = replica_shares.ReplicaShares(rank=1, layout=replicas.ReplicaLayout(4, 4),
                                           enabled=False)
     assert holders(shares, tree()) is None
