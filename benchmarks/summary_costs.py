@@ -86,17 +86,18 @@ def percents(values: list[float]) -> str:
     return ", ".join(f"{value:+.1%}" for value in values)
 
 
-def snapshot_overhead(lines: list[str], name: str = "snapshot-overhead") -> None:
-    """The step-time benchmark's result ``name``: this machine's, or another's (the same
+def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead") -> None:
+    """The step-time benchmark's result ``result_name``: this machine's, or another's (the same
     benchmark run where a device was lent, whose cores are named)."""
-    result = load(name)
+    result = load(result_name)
     if result is None:
         return
     variants = [name for name in result["sizes"][0]["overhead"]]
     cores = result["machine"]["cpus"]
     lines += [
         f"## Step-time cost of a snapshot every step, {result['when']}"
-        + ("" if name == "snapshot-overhead" else f", on a machine with {cores} cores"), "",
+        + ("" if result_name == "snapshot-overhead" else f", on a machine with {cores} cores"),
+        "",
         f"`{command(result)}`", "", result["setup"] + ".", "",
         f"| state per rank | no snapshots | {' | '.join(variants)} | floor "
         "(one replica's copy) | every rank copying its whole state | noise (no snapshots, "
