@@ -30,6 +30,17 @@ def test_capture_then_restore_draws_the_same() -> None:
     assert draw() == first
 
 
+def test_cuda_states_only_once_cuda_is_initialised(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Asking an uninitialised CUDA for its states would initialise it (a CUDA context in every
+    # rank of a CPU job); an initialised one is asked, whatever else torch.cuda says.
+    device_states = [torch.zeros(16, dtype=torch.uint8)]
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: device_states)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert "cuda" not in rng.capture()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert rng.capture()["cuda"] is device_states
+
+
 def test_capture_is_a_copy() -> None:
     states = rng.capture()
     expected = draw()
