@@ -534,15 +534,10 @@ class Session:
         declared = self._state.slow_save_expected()
         if declared:
             self._activity(messages.ActivityKind.CHECKPOINT, True)
-        tree = {
-            "step": step,
-            "state": {key: value.state_dict() if hasattr(value, "state_dict") else value
-                      for key, value in state.items()},
-            "rng": rng.capture(),
-        }
         try:
             seconds = self._state.save(
-                tree, step=step, generation=self.generation, started=started,
+                state_backend.saved_tree(state, step=step), step=step,
+                generation=self.generation, started=started,
                 optimizers=[v for v in state.values() if isinstance(v, torch.optim.Optimizer)],
                 whole=whole)
         except state_backend.StateError as error:

@@ -3,19 +3,34 @@
 Under ``trainguard run`` the state goes into the node agent's shared memory
 (:mod:`trainguard.train.agent_memory`); outside it, straight into a checkpoint directory in the
 same on-disk format (:mod:`trainguard.train.local_directory`). :class:`~trainguard.train.Session`
-builds the saved tree (states, random generators) and loads it back; a backend only stores and
-finds trees.
+builds the saved tree (:func:`saved_tree`) and loads it back; a backend only stores and finds
+trees.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
 
-__all__ = ["Loaded", "StateBackend", "StateError"]
+from trainguard.train import rng
+
+__all__ = ["Loaded", "StateBackend", "StateError", "saved_tree"]
+
+
+def saved_tree(state: Mapping[str, Any], *, step: int) -> dict[str, Any]:
+    """The tree a checkpoint saves: each value's ``state_dict()`` (the value itself when it has
+    none), the step to resume at and the random generators' states. Building it is the part of
+    a snapshot that any checkpoint made of state dicts pays (benchmarks/snapshot_overhead.py
+    measures it alone)."""
+    return {
+        "step": step,
+        "state": {key: value.state_dict() if hasattr(value, "state_dict") else value
+                  for key, value in state.items()},
+        "rng": rng.capture(),
+    }
 
 
 class StateError(RuntimeError):
