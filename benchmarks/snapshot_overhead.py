@@ -40,7 +40,11 @@ without the difference between runs (two identical runs' medians differed by -10
 +11.7% in two rounds of one recording here, more than the target) and without the order in
 which a round's runs go (which is turned by one at each round). What it leaves out is what
 a run with snapshots pays in its steps without any (the persister, the agent's loop), measured
-only across runs. Prints one JSON
+only across runs. Beside it, the same estimate for a job whose steps in those runs only build
+the tree a snapshot starts from (each state's ``state_dict()`` and the random generators'
+states, :func:`trainguard.train.state_backend.saved_tree`) and drop it: the floor under any
+snapshot made of state dicts, however it is copied, which at the demo's step is not the copy's
+bytes. Prints one JSON
 object; ``--output`` also writes it (default when given without a path:
 benchmarks/results/snapshot-overhead.json).
 
@@ -67,7 +71,8 @@ from torch import nn
 
 from benchmarks import common, overhead
 
-__all__ = ["BASELINE", "BLOCK_MIN_STEPS", "CONTROL", "PAIRED_MIN_EVERY", "SIZES", "TARGET",
+__all__ = ["BASELINE", "BLOCK_MIN_STEPS", "CONTROL", "PAIRED_MIN_EVERY", "SIZES",
+           "STATE_DICTS", "TARGET",
            "VARIANTS", "RankTimes", "Size", "block_cost", "block_differences", "checkpoint_cpu",
            "copy_seconds", "main", "mean_interval", "paired_cost", "state_bytes"]
 
@@ -83,6 +88,8 @@ BLOCK_MIN_STEPS = 2
 """The blocks estimate's shortest run of steps: its first step is left out."""
 BASELINE = "no snapshots"
 CONTROL = "no snapshots, again"
+STATE_DICTS = "state dicts alone"
+"""The blocks estimate's job building only the tree a snapshot starts from."""
 """The baseline run a second time in each round: how far two identical runs differ here (the
 noise), printed beside every verdict. On a shared machine it can be as large as the target."""
 _AT_ONCE = {"TRAINGUARD_SNAPSHOT_COPY_BEHIND": "0"}
@@ -267,6 +274,10 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
              args.paired_every),
             ("blocks", (["--snapshot-blocks", str(args.block_steps)],
                         functools.partial(_blocks, block=args.block_steps, skip=skip)),
+             args.block_steps),
+            ("state_dicts", (["--snapshot-blocks", str(args.block_steps), "--state-dicts-only"],
+                             functools.partial(_blocks, block=args.block_steps, skip=skip,
+                                               variant=STATE_DICTS)),
              args.block_steps)) if wanted}
     within: dict[str, list[RankTimes]] = {name: [] for name in estimates}
     cpu: dict[str, list[float]] = {name: [] for name in [*times, *estimates]}  # checkpoint_cpu
@@ -330,11 +341,13 @@ def _paired(rounds: list[RankTimes], *, every: int, skip: int) -> dict[str, Any]
     }
 
 
-def _blocks(rounds: list[RankTimes], *, block: int, skip: int) -> dict[str, Any]:
+def _blocks(rounds: list[RankTimes], *, block: int, skip: int,
+            variant: str = "shares, every step") -> dict[str, Any]:
     """The blocks estimate: each round's overhead within its run, and their median; and over
-    every round, each run with snapshots against its neighbours (:func:`block_differences`),
-    with the 95% interval of their mean, which decides: met when it lies at or under the
-    target, not met when above it, else not resolved by this recording."""
+    every round, each run with snapshots (``variant``'s) against its neighbours
+    (:func:`block_differences`), with the 95% interval of their mean, which decides: met when
+    it lies at or under the target, not met when above it, else not resolved by this
+    recording."""
     costs = [block_cost(times, block=block, skip=skip) for times in rounds]
     overheads = [with_snapshots / without - 1 for with_snapshots, without, _ in costs]
     differences = [value for times in rounds
@@ -343,7 +356,7 @@ def _blocks(rounds: list[RankTimes], *, block: int, skip: int) -> dict[str, Any]
     return {
         "steps": block, "runs_compared": sum(count for _, _, count in costs),
         "median_step_seconds": {
-            "shares, every step": statistics.median(value for value, _, _ in costs),
+            variant: statistics.median(value for value, _, _ in costs),
             BASELINE: statistics.median(value for _, value, _ in costs)},
         "overhead_by_round": overheads, "median_of_rounds": statistics.median(overheads),
         "neighbours_compared": len(differences), "overhead": statistics.fmean(differences),
@@ -369,7 +382,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                            "next two on the same rank" if args.paired_every else "")
                  + (f"; blocks: one more job a round with a snapshot after every step of every "
                     f"second run of {args.block_steps} steps, its steps in those runs against "
-                    "its steps in the others (the first of each left out)"
+                    "its steps in the others (the first of each left out); state dicts alone: "
+                    "the same, its steps in those runs building only the tree a snapshot starts "
+                    "from (state dicts, random states) and dropping it"
                     if args.block_steps else "")
                  + "; the runs of a round in another order each round",
         "target": TARGET, "sizes": sizes,
@@ -406,7 +421,8 @@ def parser() -> argparse.ArgumentParser:
                         help="also run each size once a round with a snapshot after every step "
                              "of every second run of K steps (K >= "
                              f"{BLOCK_MIN_STEPS}) and compare, within the run, its steps in "
-                             "those runs with its steps in the others (0: not)")
+                             "those runs with its steps in the others; and once more building "
+                             "only the state dicts and random states there (0: neither)")
     return result
 
 

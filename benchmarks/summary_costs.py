@@ -145,9 +145,18 @@ def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead") 
                 f"{medians['shares, every step'] * 1000:.1f} ms against "
                 f"{medians['no snapshots'] * 1000:.1f} ms; {decided} "
                 f"(by round {percents(blocks['overhead_by_round'])})")
+        if "state_dicts" in size:
+            alone = size["state_dicts"]
+            low, high = alone["interval"]
+            verdicts.append(
+                f"- {size['name']}, the floor under any snapshot made of state dicts (as within "
+                f"each run, those runs building only each state's state_dict() and the random "
+                f"states, and dropping them; {alone['neighbours_compared']} runs against their "
+                f"neighbours): mean {alone['overhead']:+.1%}, 95% interval {low:+.1%} to "
+                f"{high:+.1%} (by round {percents(alone['overhead_by_round'])})")
         if size.get("checkpoint_cpu_seconds"):
             verdicts.append(
                 f"- {size['name']}, CPU of a snapshot on the training thread (median): "
-                + ", ".join(f"{name} {cpu * 1e6:.0f} us"
+                + ", ".join(f"{name.replace('_', ' ')} {cpu * 1e6:.0f} us"
                             for name, cpu in size["checkpoint_cpu_seconds"].items()))
     lines += ["", *verdicts, ""]

@@ -6,7 +6,9 @@ same under ``Session.run``. Snapshots only with ``--snapshot-every N`` (a sessio
 ``Session.checkpoint`` after every N-th step, inside the timed step; or with
 ``--snapshot-blocks K``, after every step of every second run of K steps (steps K to 2K - 1,
 3K to 4K - 1, ...), so that one run holds steps with a snapshot every step and steps without
-any. Each rank
+any. With ``--state-dicts-only``, those steps build only the tree a snapshot starts from (each
+state's ``state_dict()`` and the random generators' states) and drop it: what any checkpoint
+made of state dicts pays, whoever then copies it. Each rank
 writes the seconds from each step's start to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json``
 and, with snapshots, the CPU seconds of each ``Session.checkpoint`` on the training thread to
 ``checkpoint-cpu-<rank>.json``.
@@ -37,7 +39,12 @@ parser.add_argument("--snapshot-every", type=int, default=0,
 parser.add_argument("--snapshot-blocks", type=int, default=0, metavar="K",
                     help="Session.checkpoint after every step of every second run of K steps "
                          "(0: not)")
+parser.add_argument("--state-dicts-only", action="store_true",
+                    help="on the snapshot steps, build the saved tree (state dicts, random "
+                         "states) and drop it instead of Session.checkpoint")
 args = parser.parse_args()
+if args.state_dicts_only and not (args.snapshot_every or args.snapshot_blocks):
+    parser.error("--state-dicts-only needs --snapshot-every or --snapshot-blocks")
 if (args.snapshot_every or args.snapshot_blocks) and args.mode == "plain":
     parser.error("--snapshot-every and --snapshot-blocks need --mode session or run")
 if args.snapshot_every and args.snapshot_blocks:
@@ -59,6 +66,7 @@ state = {"model": model, "optimizer": optimizer}
 session = None
 if args.mode != "plain":
     import trainguard.train
+    from trainguard.train import state_backend
 
     session = trainguard.train.Session()
 
@@ -81,7 +89,10 @@ def train() -> None:
             optimizer.step()
         if session is not None and snapshot_after(step):
             began = time.thread_time()
-            session.checkpoint(state, step=step + 1)
+            if args.state_dicts_only:
+                state_backend.saved_tree(state, step=step + 1)
+            else:
+                session.checkpoint(state, step=step + 1)
             checkpoint_cpu.append(time.thread_time() - began)
     starts.append(time.perf_counter())
     seconds = [after - before for before, after in itertools.pairwise(starts)]

@@ -63,9 +63,17 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert blocks["met"] == (high <= snapshot_overhead.TARGET)
     assert blocks["verdict"] == ("met" if blocks["met"] else "not met"
                                  if low > snapshot_overhead.TARGET else "not resolved")
-    # each variant with snapshots, and the paired and blocks jobs, timed their snapshots' CPU
+    # the same estimate for a job that only builds the state dicts on those steps
+    alone = size["state_dicts"]
+    assert (alone["steps"], alone["runs_compared"], alone["neighbours_compared"]) == (10, 10, 4)
+    assert set(alone["median_step_seconds"]) == {snapshot_overhead.STATE_DICTS,
+                                                 snapshot_overhead.BASELINE}
+    alone_low, alone_high = alone["interval"]
+    assert alone_low <= alone["overhead"] <= alone_high
+    # each variant with snapshots, and the paired, blocks and state-dicts jobs, timed their
+    # snapshots' CPU (the last, building the state dicts alone)
     cpu = size["checkpoint_cpu_seconds"]
-    assert set(cpu) == {*asked, "paired", "blocks"}
+    assert set(cpu) == {*asked, "paired", "blocks", "state_dicts"}
     assert all(0 < seconds < 1 for seconds in cpu.values())
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
@@ -86,8 +94,13 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
             f"steps {block_medians['shares, every step'] * 1000:.1f} ms against "
             f"{block_medians['no snapshots'] * 1000:.1f} ms; each against its neighbours, 4 runs: "
             f"mean {blocks['overhead']:+.1%}, 95% interval {low:+.1%} to {high:+.1%}: ") in text
+    assert (f"- demo, the floor under any snapshot made of state dicts (as within each run, "
+            f"those runs building only each state's state_dict() and the random states, and "
+            f"dropping them; 4 runs against their neighbours): mean {alone['overhead']:+.1%}, "
+            f"95% interval {alone_low:+.1%} to {alone_high:+.1%} (by round ") in text
     assert (f"- demo, CPU of a snapshot on the training thread (median): whole, every step "
             f"{cpu['whole, every step'] * 1e6:.0f} us, ") in text
+    assert f", state dicts {cpu['state_dicts'] * 1e6:.0f} us" in text
 
 
 def test_the_cpu_of_the_snapshots_is_read_from_every_rank_after_the_warmup(
