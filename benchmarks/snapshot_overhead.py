@@ -72,9 +72,9 @@ from torch import nn
 from benchmarks import common, overhead
 
 __all__ = ["BASELINE", "BLOCK_MIN_STEPS", "CONTROL", "PAIRED_MIN_EVERY", "SIZES",
-           "STATE_DICTS", "TARGET",
-           "VARIANTS", "RankTimes", "Size", "block_cost", "block_differences", "checkpoint_cpu",
-           "copy_seconds", "main", "mean_interval", "paired_cost", "state_bytes"]
+           "STATE_DICTS", "TARGET", "VARIANTS", "RankTimes", "Size", "block_cost",
+           "block_differences", "checkpoint_cpu", "copy_seconds", "main", "mean_interval",
+           "paired_cost", "state_bytes"]
 
 RankTimes = list[list[float]]
 """One run's step times: each rank's, in step order."""
@@ -88,10 +88,10 @@ BLOCK_MIN_STEPS = 2
 """The blocks estimate's shortest run of steps: its first step is left out."""
 BASELINE = "no snapshots"
 CONTROL = "no snapshots, again"
-STATE_DICTS = "state dicts alone"
-"""The blocks estimate's job building only the tree a snapshot starts from."""
 """The baseline run a second time in each round: how far two identical runs differ here (the
 noise), printed beside every verdict. On a shared machine it can be as large as the target."""
+STATE_DICTS = "state dicts alone"
+"""The blocks estimate's job building only the tree a snapshot starts from."""
 _AT_ONCE = {"TRAINGUARD_SNAPSHOT_COPY_BEHIND": "0"}
 VARIANTS = {  # name -> (snapshot every N steps, environment)
     BASELINE: (0, {}),
