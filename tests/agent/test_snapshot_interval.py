@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -39,6 +40,18 @@ def test_the_issue_job_moves_to_the_fewest_steps_within_the_share() -> None:
     assert "every 4 steps keeps it within the share (5.0%)" in choice.reason
     assert "assumed, no fault yet: 50,000 h per device / 4 ranks" in choice.reason
     assert "a fault loses up to 3 completed steps" in choice.reason
+
+
+def test_crowded_cores_count_the_stall_in_the_budget_and_the_optimum() -> None:
+    alone = _choose(Measured(stall_seconds=0.031, step_seconds=0.155, failures=5,
+                             training_seconds=100.0))
+    crowded = _choose(Measured(stall_seconds=0.031, step_seconds=0.155, failures=5,
+                               training_seconds=100.0, crowding=1.5))
+    assert (alone.budget, crowded.budget) == (4, 6)  # 20% of the step, then 30%
+    assert crowded.optimum == round(math.sqrt(2 * 0.031 * 1.5 * 20.0) / 0.155)
+    assert "a snapshot stalls 31.0 ms, 46.5 ms with 1.5 ranks to a core, 30.0%" in \
+        crowded.reason
+    assert "every 6 steps keeps it within the share (5.0%)" in crowded.reason
 
 
 def test_frequent_faults_make_the_young_daly_optimum_win() -> None:
@@ -105,7 +118,8 @@ measurements = st.builds(
     step_seconds=st.floats(1e-4, 1000.0),
     failures=st.integers(0, 10_000),
     training_seconds=st.floats(0.0, 1e8),
-    persist_seconds=st.none() | st.floats(0.0, 1000.0))
+    persist_seconds=st.none() | st.floats(0.0, 1000.0),
+    crowding=st.floats(1.0, 64.0))
 shares = st.floats(1e-4, 0.99)
 
 
@@ -118,7 +132,7 @@ def test_auto_keeps_its_interval_only_within_the_band_around_the_best(
     assert choice.interval == choice.recommended
     assert choice.best == min(choice.budget, choice.optimum)
     # Kept only while the best, before rounding, is within the hysteresis factor of it.
-    stall, step = measured.stall_seconds, measured.step_seconds
+    stall, step = measured.cost_seconds, measured.step_seconds
     mtbf = choice.mtbf_seconds
     target = min(stall / (share * step), math.sqrt(2 * stall * mtbf) / step)
     if choice.interval != choice.best:
@@ -132,7 +146,7 @@ def test_auto_keeps_its_interval_only_within_the_band_around_the_best(
 def test_the_budget_keeps_the_stall_within_the_share_and_is_the_fewest_that_does(
         measured: Measured, share: float, ranks: int) -> None:
     choice = _choose(measured, share=share, ranks=ranks)
-    stall, step = measured.stall_seconds, measured.step_seconds
+    stall, step = measured.cost_seconds, measured.step_seconds
     assert stall / (choice.budget * step) <= share * (1 + 1e-6)
     if choice.budget > 1:
         assert stall / ((choice.budget - 1) * step) > share * (1 - 1e-6)
@@ -149,7 +163,7 @@ def test_a_fixed_interval_is_always_kept(measured: Measured, share: float, ranks
 
 @given(measured=measurements, share=shares)
 def test_a_stall_within_the_share_means_every_step(measured: Measured, share: float) -> None:
-    if measured.stall_seconds <= share * measured.step_seconds:
+    if measured.cost_seconds <= share * measured.step_seconds:
         assert _choose(measured, share=share, current=7).interval == 1
 
 
@@ -160,6 +174,13 @@ def test_more_faults_never_lengthen_the_interval(stall: float, step: float, fail
     fewer = _choose(Measured(stall, step, failures, training))
     more = _choose(Measured(stall, step, failures * 2, training))
     assert more.best <= fewer.best
+
+
+@given(measured=measurements, more=st.floats(1.0, 8.0))
+def test_more_ranks_to_a_core_never_shorten_the_interval(measured: Measured,
+                                                         more: float) -> None:
+    crowded = dataclasses.replace(measured, crowding=measured.crowding * more)
+    assert _choose(crowded).best >= _choose(measured).best
 
 
 def test_a_small_share_is_shown_as_it_was_given() -> None:

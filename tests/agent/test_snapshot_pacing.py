@@ -40,13 +40,14 @@ def _settings(every: str, **extra: float) -> AgentSettings:
                          **extra)  # type: ignore[arg-type]
 
 
-def _pacer(every: str, clock: FakeClock, **extra: float
+def _pacer(every: str, clock: FakeClock, *, cores: int = 4, **extra: float
            ) -> tuple[snapshot_pacing.SnapshotPacer, FakeAgent, list[events.Event]]:
+    """A pacer of 4 ranks on ``cores`` cores (by default one each)."""
     settings = _settings(every, **extra)
     agent = FakeAgent(settings.snapshot_interval or 1)
     recorded: list[events.Event] = []
     pacer = snapshot_pacing.SnapshotPacer(settings, agent=agent, record=recorded.append,
-                                          clock=clock)
+                                          clock=clock, cores=cores)
     return pacer, agent, recorded
 
 
@@ -83,6 +84,32 @@ def test_auto_starts_every_step_then_moves_once_the_stall_is_measured() -> None:
     assert chosen.step_seconds == pytest.approx(0.155)
     pacer.review()  # nothing changed: nothing recorded
     assert len(recorded) == 2
+
+
+def test_ranks_outnumbering_the_cores_count_the_stall_that_many_times() -> None:
+    # The demo's job on 2 cores (benchmarks/snapshot_overhead.py): a 0.6 ms stall is 4.8% of a
+    # 12.5 ms step, within the share; but with 2 ranks to a core each snapshot also takes the
+    # cores the others step on (it cost the step 1.45 ms), so every 2 steps.
+    clock = FakeClock()
+    pacer, agent, recorded = _pacer("auto", clock, cores=2)
+    _steps(agent, clock, count=20, step=0.0125, stall=0.0006, every=1)
+    measured = pacer.measured()
+    assert measured is not None
+    assert measured.crowding == 2.0
+    assert measured.cost_seconds == pytest.approx(0.0012)
+    choice = pacer.review()
+    assert choice is not None
+    assert (choice.interval, choice.budget) == (2, 2)
+    assert ("a snapshot stalls 0.6 ms, 1.2 ms with 2 ranks to a core, 9.6% of a 12.5 ms step"
+            in recorded[-1].summary())
+    # One core to each rank or more: the stall alone.
+    for cores in (4, 16):
+        pacer, agent, _ = _pacer("auto", clock, cores=cores)
+        _steps(agent, clock, count=20, step=0.0125, stall=0.0006, every=1)
+        choice = pacer.review()
+        assert choice is not None
+        assert choice.interval == 1
+        assert "ranks to a core" not in choice.reason
 
 
 def test_a_fixed_interval_is_kept_and_recommended_against_once() -> None:

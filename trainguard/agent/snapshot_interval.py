@@ -6,6 +6,10 @@ failures ``M``, the share of time lost is about ``S/t + t/(2M)``, least at
 ``t = sqrt(2 * S * M)`` (Young 1974; Daly 2006 to first order): the *optimum*, in steps of
 ``T`` seconds (the step without its snapshot). The *budget* is the fewest steps between
 snapshots whose stall stays within the stated share of the step: ``ceil(S / (share * T))``.
+Where a host's ranks outnumber its cores, ``S`` counts that many times over (ranks per core):
+the ranks snapshot at the same moment, so each one's snapshot also takes cores the others would
+step on (4 ranks on 2 cores: a snapshot stalling 0.6 ms a rank cost the 12.5 ms step 1.45 ms,
+benchmarks/snapshot_overhead.py).
 
 ``auto`` takes the smaller of the two, at least 1: every step while the stall is within the
 share (zero completed steps lost to a fault); past it, the shortest interval within the share,
@@ -67,6 +71,13 @@ class Measured:
     """Seconds since the first step (the time the failures happened in)."""
     persist_seconds: float | None = None
     """Median seconds to write a checkpoint to disk; None before the first."""
+    crowding: float = 1.0
+    """Ranks per core on the host, at least 1: what a stall costs the step, per second of it."""
+
+    @property
+    def cost_seconds(self) -> float:
+        """What one snapshot costs the step: its stall, counted ``crowding`` times."""
+        return self.stall_seconds * self.crowding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +116,7 @@ def choose(measured: Measured, *, requested: int | None, current: int, share: fl
         device_mtbf: seconds between failures of one device, the prior.
         ranks: devices of the job (its failure rate is theirs together).
     """
-    stall, step = measured.stall_seconds, measured.step_seconds
+    stall, step = measured.cost_seconds, measured.step_seconds
     observed = measured.failures > 0
     mtbf = (measured.training_seconds / measured.failures if observed
             else device_mtbf / max(1, ranks))
@@ -134,11 +145,13 @@ def _steps(count: int) -> str:
 
 def _reason(choice: IntervalChoice, measured: Measured, *, requested: int | None, share: float,
             device_mtbf: float, ranks: int) -> str:
-    stall, step = measured.stall_seconds, measured.step_seconds
+    stall, step = measured.cost_seconds, measured.step_seconds
     how = f"--snapshot-every {requested}" if requested is not None else "auto"
+    counted = (f", {stall * 1000:.1f} ms with {measured.crowding:.3g} ranks to a core"
+               if measured.crowding > 1 else "")
     parts = [f"snapshot {_steps(choice.interval)} ({how}): a snapshot stalls "
-             f"{stall * 1000:.1f} ms, {stall / step:.1%} of a {step * 1000:.1f} ms step "
-             f"(share {share * 100:.3g}%)"]
+             f"{measured.stall_seconds * 1000:.1f} ms{counted}, {stall / step:.1%} of a "
+             f"{step * 1000:.1f} ms step (share {share * 100:.3g}%)"]
     if choice.budget > 1:
         parts.append(f"{_steps(choice.budget)} keeps it within the share "
                      f"({stall / (choice.budget * step):.1%})")

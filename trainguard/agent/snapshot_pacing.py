@@ -1,15 +1,16 @@
 """Applies :mod:`.snapshot_interval`'s rule to the running job: measures, decides, tells, records.
 
-Every review takes the recent step and snapshot times from the agent's statistics and the faults
-and persist times from the job's events, lets the rule choose, has the agent tell the ranks
-(:meth:`NodeAgent.pace_snapshots`), and records a ``snapshot-interval`` event at start (once the
-first snapshot is in), at the first measured choice, and when the interval or the
-recommendation changes.
+Every review takes the recent step and snapshot times from the agent's statistics, the faults
+and persist times from the job's events and the host's ranks per core, lets the rule choose, has
+the agent tell the ranks (:meth:`NodeAgent.pace_snapshots`), and records a
+``snapshot-interval`` event at start (once the first snapshot is in), at the first measured
+choice, and when the interval or the recommendation changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 from collections.abc import Callable
 from typing import Protocol
@@ -19,7 +20,7 @@ from trainguard.agent import snapshot_interval, step_statistics
 from trainguard.agent.settings import AgentSettings
 from trainguard.job import events
 
-__all__ = ["Paced", "SnapshotPacer"]
+__all__ = ["Paced", "SnapshotPacer", "usable_cores"]
 
 _RECENT_STEPS = 20
 _RECENT_SNAPSHOTS = 20  # snapshot steps, each at its slowest rank
@@ -37,10 +38,19 @@ class Paced(Protocol):
     def pace_snapshots(self, every: int) -> None: ...
 
 
+def usable_cores() -> int:
+    """The cores this process (and the ranks it starts, which inherit it) may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 class SnapshotPacer:
     def __init__(self, settings: AgentSettings, *, agent: Paced,
-                 record: Callable[[events.Event], object], clock: clocks.Clock) -> None:
+                 record: Callable[[events.Event], object], clock: clocks.Clock,
+                 cores: int | None = None) -> None:
+        """``cores``: the host's cores the ranks share (default: :func:`usable_cores`)."""
         self._settings = settings
+        self._crowding = max(1.0, settings.nproc_per_node / (cores or usable_cores()))
         self._requested = settings.snapshot_interval
         self._agent = agent
         self._record = record
@@ -86,7 +96,8 @@ class SnapshotPacer:
             stall_seconds=stall, step_seconds=step, failures=self._failures,
             training_seconds=self._clock.monotonic() - stats.first_step_at,
             persist_seconds=(statistics.median(self._persist_seconds)
-                             if self._persist_seconds else None))
+                             if self._persist_seconds else None),
+            crowding=self._crowding)
 
     def review(self) -> snapshot_interval.IntervalChoice | None:
         """Choose, apply, and record when noteworthy; None while too little is measured."""
