@@ -100,8 +100,12 @@ def test_ranks_outnumbering_the_cores_count_the_stall_that_many_times() -> None:
     choice = pacer.review()
     assert choice is not None
     assert (choice.interval, choice.budget) == (2, 2)
+    chosen = recorded[-1]
+    assert isinstance(chosen, events.SnapshotIntervalChosen)
     assert ("a snapshot stalls 0.6 ms, 1.2 ms with 2 ranks to a core, 9.6% of a 12.5 ms step"
-            in recorded[-1].summary())
+            in chosen.summary())
+    assert chosen.stall_seconds == pytest.approx(0.0006)  # the stall as measured
+    assert chosen.ranks_per_core == 2.0
     # One core to each rank or more: the stall alone.
     for cores in (4, 16):
         pacer, agent, _ = _pacer("auto", clock, cores=cores)

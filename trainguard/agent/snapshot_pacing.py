@@ -79,7 +79,8 @@ class SnapshotPacer:
             recommended=None, stall_seconds=None, step_seconds=None,
             share=self._settings.snapshot_share, mtbf_seconds=None, mtbf_observed=False,
             optimum_steps=None, persist_optimum_seconds=None,
-            reason=f"snapshot {steps} ({how}; share {share * 100:.3g}%)"))
+            reason=f"snapshot {steps} ({how}; share {share * 100:.3g}%)",
+            ranks_per_core=self._crowding))
 
     def measured(self) -> snapshot_interval.Measured | None:
         """The recent figures; None until there are enough of them."""
@@ -121,7 +122,8 @@ class SnapshotPacer:
                 stall_seconds=measured.stall_seconds, step_seconds=measured.step_seconds,
                 share=self._settings.snapshot_share, mtbf_seconds=choice.mtbf_seconds,
                 mtbf_observed=choice.mtbf_observed, optimum_steps=choice.optimum,
-                persist_optimum_seconds=choice.persist_optimum_seconds, reason=choice.reason))
+                persist_optimum_seconds=choice.persist_optimum_seconds, reason=choice.reason,
+                ranks_per_core=measured.crowding))
         return choice
 
     def _news(self, last: snapshot_interval.IntervalChoice | None,

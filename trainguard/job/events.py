@@ -397,6 +397,7 @@ class SnapshotIntervalChosen(Event):
     optimum_steps: int | None  # the Young/Daly optimum
     persist_optimum_seconds: float | None  # the same rule for --persist-interval
     reason: str
+    ranks_per_core: float = 1.0  # the host's, at least 1: how many times the stall counts
 
     def summary(self) -> str:
         return self.reason
