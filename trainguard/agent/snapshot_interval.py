@@ -116,13 +116,13 @@ def choose(measured: Measured, *, requested: int | None, current: int, share: fl
         device_mtbf: seconds between failures of one device, the prior.
         ranks: devices of the job (its failure rate is theirs together).
     """
-    stall, step = measured.cost_seconds, measured.step_seconds
+    cost, step = measured.cost_seconds, measured.step_seconds
     observed = measured.failures > 0
     mtbf = (measured.training_seconds / measured.failures if observed
             else device_mtbf / max(1, ranks))
     mtbf = max(mtbf, step)  # faults cannot come faster than the steps they interrupt
-    budget_steps = stall / (share * step)
-    optimum_steps = math.sqrt(2.0 * stall * mtbf) / step
+    budget_steps = cost / (share * step)
+    optimum_steps = math.sqrt(2.0 * cost * mtbf) / step
     budget = max(1, math.ceil(budget_steps - 1e-9))
     optimum = max(1, round(optimum_steps))
     best = min(budget, optimum)
@@ -145,16 +145,16 @@ def _steps(count: int) -> str:
 
 def _reason(choice: IntervalChoice, measured: Measured, *, requested: int | None, share: float,
             device_mtbf: float, ranks: int) -> str:
-    stall, step = measured.cost_seconds, measured.step_seconds
+    cost, step = measured.cost_seconds, measured.step_seconds
     how = f"--snapshot-every {requested}" if requested is not None else "auto"
-    counted = (f", {stall * 1000:.1f} ms with {measured.crowding:.3g} ranks to a core"
+    counted = (f", {cost * 1000:.1f} ms with {measured.crowding:.3g} ranks to a core"
                if measured.crowding > 1 else "")
     parts = [f"snapshot {_steps(choice.interval)} ({how}): a snapshot stalls "
-             f"{measured.stall_seconds * 1000:.1f} ms{counted}, {stall / step:.1%} of a "
+             f"{measured.stall_seconds * 1000:.1f} ms{counted}, {cost / step:.1%} of a "
              f"{step * 1000:.1f} ms step (share {share * 100:.3g}%)"]
     if choice.budget > 1:
         parts.append(f"{_steps(choice.budget)} keeps it within the share "
-                     f"({stall / (choice.budget * step):.1%})")
+                     f"({cost / (choice.budget * step):.1%})")
     if choice.mtbf_observed:
         failures = f"{measured.failures} fault{'s' if measured.failures != 1 else ''}"
         source = f"observed: {failures} in {_duration(measured.training_seconds)}"
