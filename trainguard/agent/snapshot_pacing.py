@@ -20,7 +20,7 @@ from trainguard.agent import snapshot_interval, step_statistics
 from trainguard.agent.settings import AgentSettings
 from trainguard.job import events
 
-__all__ = ["Paced", "SnapshotPacer", "usable_cores"]
+__all__ = ["Paced", "SnapshotPacer"]
 
 _RECENT_STEPS = 20
 _RECENT_SNAPSHOTS = 20  # snapshot steps, each at its slowest rank
@@ -38,19 +38,16 @@ class Paced(Protocol):
     def pace_snapshots(self, every: int) -> None: ...
 
 
-def usable_cores() -> int:
-    """The cores this process (and the ranks it starts, which inherit it) may run on."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
-
-
 class SnapshotPacer:
     def __init__(self, settings: AgentSettings, *, agent: Paced,
                  record: Callable[[events.Event], object], clock: clocks.Clock,
                  cores: int | None = None) -> None:
-        """``cores``: the host's cores the ranks share (default: :func:`usable_cores`)."""
+        """``cores``: the host's cores the ranks share (default: those this process may run on,
+        which the ranks it starts inherit; counted as the session counts them for its
+        read-ahead)."""
         self._settings = settings
-        self._crowding = max(1.0, settings.nproc_per_node / (cores or usable_cores()))
+        self._crowding = max(1.0, settings.nproc_per_node
+                             / (cores or len(os.sched_getaffinity(0))))
         self._requested = settings.snapshot_interval
         self._agent = agent
         self._record = record
