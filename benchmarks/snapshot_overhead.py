@@ -175,22 +175,27 @@ def paired_cost(per_rank: Sequence[Sequence[float]], *, every: int,
     return statistics.median(differences), statistics.median(clean), len(differences)
 
 
-def block_cost(per_rank: Sequence[Sequence[float]], *, block: int,
-               skip: int) -> tuple[float, float, int]:
-    """The median step with a snapshot after every step and the median step without, from one
-    run that snapshots after every step of every second run of ``block`` steps (steps
+def block_cost(per_rank: Sequence[Sequence[float]], *, block: int, skip: int,
+               every: int = 1) -> tuple[float, float, int]:
+    """The median step with a snapshot after every ``every``-th step and the median step
+    without, from one run that snapshots so in every second run of ``block`` steps (steps
     ``block`` to ``2 * block - 1``, ...; ``per_rank``: each rank's step times in step order),
     over the whole runs after the first ``skip`` steps, the first step of each left out (it
     has its own snapshot but not the copy of one before it, or that copy but no snapshot of
-    its own); and how many runs with snapshots were compared. Raises ValueError: ``block``
-    below :data:`BLOCK_MIN_STEPS`, or no run of either kind."""
+    its own); and how many runs with snapshots were compared. With ``every`` above 1 a "step"
+    is the mean of ``every`` steps in a row, each such group holding one snapshot: the median
+    of single steps would stand on those without. Raises ValueError: ``block`` below
+    :data:`BLOCK_MIN_STEPS` or leaving no group of ``every``, or no run of either kind."""
     if block < BLOCK_MIN_STEPS:
         raise ValueError(f"--block-steps must be at least {BLOCK_MIN_STEPS}, got {block}")
+    if not 1 <= every < block:
+        raise ValueError(f"a snapshot every {every} steps needs runs of more than {every} "
+                         f"steps, got {block}")
     with_snapshots: list[float] = []
     without: list[float] = []
     runs = 0
     for seconds in per_rank:
-        for index, steps in _runs(seconds, block=block, skip=skip):
+        for index, steps in _runs(seconds, block=block, skip=skip, every=every):
             if index % 2:
                 with_snapshots += steps
                 runs += 1
@@ -202,24 +207,28 @@ def block_cost(per_rank: Sequence[Sequence[float]], *, block: int,
     return statistics.median(with_snapshots), statistics.median(without), runs
 
 
-def _runs(seconds: Sequence[float], *, block: int,
-          skip: int) -> Iterator[tuple[int, Sequence[float]]]:
+def _runs(seconds: Sequence[float], *, block: int, skip: int,
+          every: int = 1) -> Iterator[tuple[int, list[float]]]:
     """Each whole run of ``block`` steps after the first ``skip`` (the runs with an odd number
-    snapshot after every step), by its number, its first step left out."""
+    hold snapshots), by its number: its steps after the first, as the means of ``every`` in
+    a row (a last group that is not whole left out)."""
     for start in range(-(-skip // block) * block, len(seconds) - block + 1, block):
-        yield start // block, seconds[start + 1 : start + block]
+        steps = seconds[start + 1 : start + block]
+        yield start // block, [statistics.fmean(steps[first : first + every])
+                               for first in range(0, len(steps) - every + 1, every)]
 
 
-def block_differences(per_rank: Sequence[Sequence[float]], *, block: int,
-                      skip: int) -> list[float]:
+def block_differences(per_rank: Sequence[Sequence[float]], *, block: int, skip: int,
+                      every: int = 1) -> list[float]:
     """From the same run as :func:`block_cost`: each run of steps with snapshots against the
     two runs without on either side of it, its median step over the mean of theirs, minus 1.
     Neighbours only, so that a machine that slows down for seconds slows both sides of a
     difference alike. The ranks step together (DDP), so each step's time is the median of the
-    ranks' (each run's first step left out, as there)."""
+    ranks' (each run's first step left out, and ``every`` steps in a row taken as one, as
+    there)."""
     steps = [statistics.median(times) for times in zip(*per_rank, strict=False)]
     medians = {index: statistics.median(run)
-               for index, run in _runs(steps, block=block, skip=skip)}
+               for index, run in _runs(steps, block=block, skip=skip, every=every)}
     return [medians[index] / ((medians[index - 1] + medians[index + 1]) / 2) - 1
             for index in sorted(medians)
             if index % 2 and index - 1 in medians and index + 1 in medians]
@@ -278,7 +287,14 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
             ("state_dicts", (["--snapshot-blocks", str(args.block_steps), "--state-dicts-only"],
                              functools.partial(_blocks, block=args.block_steps, skip=skip,
                                                variant=STATE_DICTS)),
-             args.block_steps)) if wanted}
+             args.block_steps),
+            ("blocks_every", (["--snapshot-blocks", str(args.block_steps), "--snapshot-every",
+                               str(args.blocks_every)],
+                              functools.partial(_blocks, block=args.block_steps, skip=skip,
+                                                every=args.blocks_every,
+                                                variant=f"shares, every {args.blocks_every} "
+                                                        "steps")),
+             args.block_steps and args.blocks_every)) if wanted}
     within: dict[str, list[RankTimes]] = {name: [] for name in estimates}
     cpu: dict[str, list[float]] = {name: [] for name in [*times, *estimates]}  # checkpoint_cpu
     names = list(times)
@@ -341,20 +357,20 @@ def _paired(rounds: list[RankTimes], *, every: int, skip: int) -> dict[str, Any]
     }
 
 
-def _blocks(rounds: list[RankTimes], *, block: int, skip: int,
+def _blocks(rounds: list[RankTimes], *, block: int, skip: int, every: int = 1,
             variant: str = "shares, every step") -> dict[str, Any]:
     """The blocks estimate: each round's overhead within its run, and their median; and over
-    every round, each run with snapshots (``variant``'s) against its neighbours
-    (:func:`block_differences`), with the 95% interval of their mean, which decides: met when
-    it lies at or under the target, not met when above it, else not resolved by this
-    recording."""
-    costs = [block_cost(times, block=block, skip=skip) for times in rounds]
+    every round, each run with snapshots (``variant``'s, after every ``every``-th step)
+    against its neighbours (:func:`block_differences`), with the 95% interval of their mean,
+    which decides: met when it lies at or under the target, not met when above it, else not
+    resolved by this recording."""
+    costs = [block_cost(times, block=block, skip=skip, every=every) for times in rounds]
     overheads = [with_snapshots / without - 1 for with_snapshots, without, _ in costs]
     differences = [value for times in rounds
-                   for value in block_differences(times, block=block, skip=skip)]
+                   for value in block_differences(times, block=block, skip=skip, every=every)]
     low, high = mean_interval(differences)
     return {
-        "steps": block, "runs_compared": sum(count for _, _, count in costs),
+        "steps": block, "every": every, "runs_compared": sum(count for _, _, count in costs),
         "median_step_seconds": {
             variant: statistics.median(value for value, _, _ in costs),
             BASELINE: statistics.median(value for _, value, _ in costs)},
@@ -366,6 +382,9 @@ def _blocks(rounds: list[RankTimes], *, block: int, skip: int,
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    if args.block_steps and args.blocks_every >= args.block_steps:
+        raise SystemExit(f"--blocks-every {args.blocks_every} needs --block-steps above it, "
+                         f"got {args.block_steps}")
     chosen = [size for size in SIZES if size.name in args.sizes]
     with tempfile.TemporaryDirectory(prefix="trainguard-snapshot-overhead-") as root:
         sizes = [_measure(size, args, Path(root)) for size in chosen]
@@ -385,6 +404,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                     "its steps in the others (the first of each left out); state dicts alone: "
                     "the same, its steps in those runs building only the tree a snapshot starts "
                     "from (state dicts, random states) and dropping it"
+                    + (f"; every {args.blocks_every} steps: the same with a snapshot after "
+                       f"every {args.blocks_every}th step of those runs, {args.blocks_every} "
+                       "steps in a row taken as one" if args.blocks_every else "")
                     if args.block_steps else "")
                  + "; the runs of a round in another order each round",
         "target": TARGET, "sizes": sizes,
@@ -423,6 +445,10 @@ def parser() -> argparse.ArgumentParser:
                              f"{BLOCK_MIN_STEPS}) and compare, within the run, its steps in "
                              "those runs with its steps in the others; and once more building "
                              "only the state dicts and random states there (0: neither)")
+    result.add_argument("--blocks-every", type=_zero_or_at_least(2), default=2, metavar="N",
+                        help="also run each size once a round as for --block-steps, a snapshot "
+                             "after every N-th step of those runs only (what --snapshot-every "
+                             "auto takes where a snapshot every step costs too much; 0: not)")
     return result
 
 

@@ -5,6 +5,8 @@ results (the snapshot overhead's estimates above all)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from benchmarks.summary_text import command, load, seconds, verdict
 
 __all__ = ["overhead", "percents", "snapshot_overhead", "stall"]
@@ -130,21 +132,8 @@ def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead") 
                 f"{paired['overhead']:+.1%} of a {paired['clean_step_seconds'] * 1000:.1f} ms "
                 f"step: {verdict(paired['met'])} "
                 f"(by round {percents(paired['overhead_by_round'])})")
-        if "blocks" in size:
-            blocks = size["blocks"]
-            medians = blocks["median_step_seconds"]
-            low, high = blocks["interval"]
-            decided = (f"each against its neighbours, {blocks['neighbours_compared']} runs: mean "
-                       f"{blocks['overhead']:+.1%}, 95% interval {low:+.1%} to {high:+.1%}: "
-                       + ("**not resolved**" if blocks["verdict"] == "not resolved"
-                          else verdict(blocks["met"])))
-            verdicts.append(
-                f"- {size['name']}, within each run (a snapshot after every step of every "
-                f"second run of {blocks['steps']} steps, shares; {blocks['runs_compared']} such "
-                f"runs against the runs between them): the rounds' median steps "
-                f"{medians['shares, every step'] * 1000:.1f} ms against "
-                f"{medians['no snapshots'] * 1000:.1f} ms; {decided} "
-                f"(by round {percents(blocks['overhead_by_round'])})")
+        verdicts += [_blocks_line(size["name"], size[name])
+                     for name in ("blocks", "blocks_every") if name in size]
         if "state_dicts" in size:
             alone = size["state_dicts"]
             low, high = alone["interval"]
@@ -160,3 +149,24 @@ def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead") 
                 + ", ".join(f"{name.replace('_', ' ')} {cpu * 1e6:.0f} us"
                             for name, cpu in size["checkpoint_cpu_seconds"].items()))
     lines += ["", *verdicts, ""]
+
+
+def _blocks_line(size: str, blocks: dict[str, Any]) -> str:
+    """One blocks estimate in words: the rounds' median steps, and its verdict. A recording
+    from before snapshots every N-th step were estimated so has no ``every``: every step."""
+    every = blocks.get("every", 1)
+    snapshots, variant, grouped = (
+        ("every step", "shares, every step", "") if every == 1 else
+        (f"every {every} steps", f"shares, every {every} steps",
+         f", {every} steps in a row taken as one"))
+    medians = blocks["median_step_seconds"]
+    low, high = blocks["interval"]
+    decided = (f"each against its neighbours, {blocks['neighbours_compared']} runs: mean "
+               f"{blocks['overhead']:+.1%}, 95% interval {low:+.1%} to {high:+.1%}: "
+               + ("**not resolved**" if blocks["verdict"] == "not resolved"
+                  else verdict(blocks["met"])))
+    return (f"- {size}, within each run (a snapshot after {snapshots} of every second run of "
+            f"{blocks['steps']} steps, shares; {blocks['runs_compared']} such runs against the "
+            f"runs between them{grouped}): the rounds' median steps "
+            f"{medians[variant] * 1000:.1f} ms against {medians['no snapshots'] * 1000:.1f} ms; "
+            f"{decided} (by round {percents(blocks['overhead_by_round'])})")

@@ -6,12 +6,12 @@ same under ``Session.run``. Snapshots only with ``--snapshot-every N`` (a sessio
 ``Session.checkpoint`` after every N-th step, inside the timed step; or with
 ``--snapshot-blocks K``, after every step of every second run of K steps (steps K to 2K - 1,
 3K to 4K - 1, ...), so that one run holds steps with a snapshot every step and steps without
-any. With ``--state-dicts-only``, those steps build only the tree a snapshot starts from (each
-state's ``state_dict()`` and the random generators' states) and drop it: what any checkpoint
-made of state dicts pays, whoever then copies it. Each rank
-writes the seconds from each step's start to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json``
-and, with snapshots, the CPU seconds of each ``Session.checkpoint`` on the training thread to
-``checkpoint-cpu-<rank>.json``.
+any; both flags together: after every N-th step of those runs only. With
+``--state-dicts-only``, those steps build only the tree a snapshot starts from (each state's
+``state_dict()`` and the random generators' states) and drop it: what any checkpoint made of
+state dicts pays, whoever then copies it. Each rank writes the seconds from each step's start
+to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json`` and, with snapshots, the CPU seconds
+of each ``Session.checkpoint`` on the training thread to ``checkpoint-cpu-<rank>.json``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ parser.add_argument("--width", type=int, default=768)
 parser.add_argument("--batch", type=int, default=128)
 parser.add_argument("--mode", choices=("plain", "session", "run"), default="plain")
 parser.add_argument("--snapshot-every", type=int, default=0,
-                    help="Session.checkpoint after every N-th step (0: never)")
+                    help="Session.checkpoint after every N-th step (0: never; with "
+                         "--snapshot-blocks, of those runs)")
 parser.add_argument("--snapshot-blocks", type=int, default=0, metavar="K",
                     help="Session.checkpoint after every step of every second run of K steps "
                          "(0: not)")
@@ -47,14 +48,15 @@ if args.state_dicts_only and not (args.snapshot_every or args.snapshot_blocks):
     parser.error("--state-dicts-only needs --snapshot-every or --snapshot-blocks")
 if (args.snapshot_every or args.snapshot_blocks) and args.mode == "plain":
     parser.error("--snapshot-every and --snapshot-blocks need --mode session or run")
-if args.snapshot_every and args.snapshot_blocks:
-    parser.error("--snapshot-every and --snapshot-blocks exclude each other")
+if args.snapshot_every < 0 or args.snapshot_blocks < 0:
+    parser.error("--snapshot-every and --snapshot-blocks must not be negative")
 
 
 def snapshot_after(step: int) -> bool:
-    if args.snapshot_blocks:
-        return (step // args.snapshot_blocks) % 2 == 1
-    return bool(args.snapshot_every) and (step + 1) % args.snapshot_every == 0
+    if args.snapshot_blocks and (step // args.snapshot_blocks) % 2 == 0:
+        return False
+    every = args.snapshot_every or int(bool(args.snapshot_blocks))
+    return bool(every) and (step + 1) % every == 0
 
 torch.manual_seed(0)
 width = args.width

@@ -70,10 +70,17 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
                                                  snapshot_overhead.BASELINE}
     alone_low, alone_high = alone["interval"]
     assert alone_low <= alone["overhead"] <= alone_high
-    # each variant with snapshots, and the paired, blocks and state-dicts jobs, timed their
-    # snapshots' CPU (the last, building the state dicts alone)
+    # and for a job that snapshots after every second step of those runs (the default)
+    every = size["blocks_every"]
+    assert (every["steps"], every["every"], every["runs_compared"],
+            every["neighbours_compared"]) == (10, 2, 10, 4)
+    assert set(every["median_step_seconds"]) == {"shares, every 2 steps",
+                                                 snapshot_overhead.BASELINE}
+    every_low, every_high = every["interval"]
+    # each variant with snapshots, and the paired, blocks, state-dicts and every-2 jobs, timed
+    # their snapshots' CPU (the state-dicts one, building the state dicts alone)
     cpu = size["checkpoint_cpu_seconds"]
-    assert set(cpu) == {*asked, "paired", "blocks", "state_dicts"}
+    assert set(cpu) == {*asked, "paired", "blocks", "state_dicts", "blocks_every"}
     assert all(0 < seconds < 1 for seconds in cpu.values())
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
@@ -94,6 +101,13 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
             f"steps {block_medians['shares, every step'] * 1000:.1f} ms against "
             f"{block_medians['no snapshots'] * 1000:.1f} ms; each against its neighbours, 4 runs: "
             f"mean {blocks['overhead']:+.1%}, 95% interval {low:+.1%} to {high:+.1%}: ") in text
+    assert (f"- demo, within each run (a snapshot after every 2 steps of every second run "
+            f"of 10 steps, shares; 10 such runs against the runs between them, 2 steps in a "
+            f"row taken as one): the rounds' median steps "
+            f"{every['median_step_seconds']['shares, every 2 steps'] * 1000:.1f} ms against "
+            f"{every['median_step_seconds']['no snapshots'] * 1000:.1f} ms; each against its "
+            f"neighbours, 4 runs: mean {every['overhead']:+.1%}, 95% interval "
+            f"{every_low:+.1%} to {every_high:+.1%}: ") in text
     assert (f"- demo, the floor under any snapshot made of state dicts (as within each run, "
             f"those runs building only each state's state_dict() and the random states, and "
             f"dropping them; 4 runs against their neighbours): mean {alone['overhead']:+.1%}, "
@@ -148,6 +162,25 @@ def test_the_block_cost_sets_the_runs_with_snapshots_against_those_without() -> 
         snapshot_overhead.block_cost([seconds], block=1, skip=0)
     with pytest.raises(ValueError, match="more --steps"):
         snapshot_overhead.block_cost([seconds[:9]], block=5, skip=0)
+
+
+def test_with_a_snapshot_every_second_step_two_steps_in_a_row_count_as_one() -> None:
+    # Runs of 6 steps; in every second one (steps 6-11, 18-23, ...) a snapshot after every
+    # second step (7, 9, 11, ...) adds 4 s to it. The median of single steps would say 4 s
+    # a step (3 of the 5 steps left in hold one); pairs, each holding one snapshot, say 2 s.
+    # The last step of a run (11) fills no pair and is left out with the first.
+    seconds = [10.0] * 48
+    for index in range(48):
+        if (index // 6) % 2 and (index + 1) % 2 == 0:
+            seconds[index] += 4
+    assert snapshot_overhead.block_cost([seconds], block=6, skip=0)[:2] == (14.0, 10.0)
+    with_snapshots, without, runs = snapshot_overhead.block_cost([seconds], block=6, skip=0,
+                                                                 every=2)
+    assert (with_snapshots, without, runs) == (12.0, 10.0, 4)
+    assert snapshot_overhead.block_differences([seconds], block=6, skip=0,
+                                               every=2) == pytest.approx([0.2, 0.2, 0.2])
+    with pytest.raises(ValueError, match="runs of more than 4 steps"):
+        snapshot_overhead.block_cost([seconds], block=4, skip=0, every=4)
 
 
 def test_each_run_with_snapshots_is_set_against_its_neighbours_step_by_step() -> None:
