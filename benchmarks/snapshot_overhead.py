@@ -44,7 +44,10 @@ only across runs. Beside it, the same estimate for a job whose steps in those ru
 the tree a snapshot starts from (each state's ``state_dict()`` and the random generators'
 states, :func:`trainguard.train.state_backend.saved_tree`) and drop it: the floor under any
 snapshot made of state dicts, however it is copied, which at the demo's step is not the copy's
-bytes. Prints one JSON
+bytes. And the same estimate with a snapshot after every N-th step of those runs only
+(``--blocks-every``, default 2: what ``--snapshot-every auto`` takes on the demo's job here), N
+steps in a row taken as one, each group holding one snapshot: whether snapshotting less often
+brings the cost within the target (a snapshot taken more rarely runs colder). Prints one JSON
 object; ``--output`` also writes it (default when given without a path:
 benchmarks/results/snapshot-overhead.json).
 

@@ -88,9 +88,11 @@ def percents(values: list[float]) -> str:
     return ", ".join(f"{value:+.1%}" for value in values)
 
 
-def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead") -> None:
-    """The step-time benchmark's result ``result_name``: this machine's, or another's (the same
-    benchmark run where a device was lent, whose cores are named)."""
+def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead", *,
+                      elsewhere: bool = False, about: str = "") -> None:
+    """The step-time benchmark's result ``result_name``: this machine's, or another's
+    (``elsewhere``: the same benchmark run where a device was lent, whose cores are named);
+    ``about``: what a further recording here was made for, said in its heading."""
     result = load(result_name)
     if result is None:
         return
@@ -98,7 +100,7 @@ def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead") 
     cores = result["machine"]["cpus"]
     lines += [
         f"## Step-time cost of a snapshot every step, {result['when']}"
-        + ("" if result_name == "snapshot-overhead" else f", on a machine with {cores} cores"),
+        + (f", on a machine with {cores} cores" if elsewhere else "") + about,
         "",
         f"`{command(result)}`", "", result["setup"] + ".", "",
         f"| state per rank | no snapshots | {' | '.join(variants)} | floor "
@@ -144,9 +146,11 @@ def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead") 
                 f"neighbours): mean {alone['overhead']:+.1%}, 95% interval {low:+.1%} to "
                 f"{high:+.1%} (by round {percents(alone['overhead_by_round'])})")
         if size.get("checkpoint_cpu_seconds"):
+            words = {"blocks_every": f"blocks every {size.get('blocks_every', {}).get('every')} "
+                                     "steps"}
             verdicts.append(
                 f"- {size['name']}, CPU of a snapshot on the training thread (median): "
-                + ", ".join(f"{name.replace('_', ' ')} {cpu * 1e6:.0f} us"
+                + ", ".join(f"{words.get(name, name.replace('_', ' '))} {cpu * 1e6:.0f} us"
                             for name, cpu in size["checkpoint_cpu_seconds"].items()))
     lines += ["", *verdicts, ""]
 

@@ -108,6 +108,7 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
             f"{every['median_step_seconds']['no snapshots'] * 1000:.1f} ms; each against its "
             f"neighbours, 4 runs: mean {every['overhead']:+.1%}, 95% interval "
             f"{every_low:+.1%} to {every_high:+.1%}: ") in text
+    assert f", blocks every 2 steps {cpu['blocks_every'] * 1e6:.0f} us" in text
     assert (f"- demo, the floor under any snapshot made of state dicts (as within each run, "
             f"those runs building only each state's state_dict() and the random states, and "
             f"dropping them; 4 runs against their neighbours): mean {alone['overhead']:+.1%}, "
