@@ -77,16 +77,14 @@ def test_a_host_killed_whole_moves_its_ranks_to_the_spare(
     assert recovery["steps_lost"] == 0
     assert recovery["restore_source"] == "memory and peers"
     assert recovery["recover_seconds"] < 10
-    stuck = [failed for failed in controller.events("job", "recovery-failed")
-             if "did not leave generation 0" in failed["reason"]]
-    if stuck:
-        # torch 2.13's gloo, rarely (2 in 43 runs under load): a survivor stays in DDP's wait
-        # for an allreduce that the cut neither ends nor fails (README, "How survivors leave a
-        # generation"); it is given up on after its step deadline and the job restarts, whose
-        # recovery is what was checked above.
-        pytest.xfail(f"a survivor did not leave (gloo): {stuck[0]['reason']}")
+    assert not controller.events("job", "recovery-failed"), "recovered in place"
+    # torch 2.13's gloo, rarely (2 in 43 runs under load): a survivor stays in DDP's wait for
+    # an allreduce that the cut neither ends nor fails (README, "How survivors leave a
+    # generation"); after its step deadline its process is ended and restarts from its own
+    # snapshots, the other one kept.
+    stuck = "did not leave generation 0" in kept.output()
     started = controller.events("job", "generation-started")
-    assert started[-1]["kept_processes"] == 2, "the other host keeps its processes"
+    assert started[-1]["kept_processes"] == (1 if stuck else 2), "the other host keeps them"
     assert "this spare host takes node" in hosts[2].output()
     assert "spare host" in controller.output()
 

@@ -1,6 +1,7 @@
-"""A rank that does not leave its generation when told: the recovery gives up on it, saying
-which rank, and that rank's threads' stacks appear in its output, so whatever held it is seen.
-Asleep between steps, where cutting its connections does not reach it, it is waited for up to
+"""A rank that does not leave its generation when told: the recovery ends its process, saying
+which rank, with that rank's threads' stacks in its output, so whatever held it is seen, and
+restarts it from its own snapshots with the others, in place: the job does not restart. Asleep
+between steps, where cutting its connections does not reach it, it is waited for up to
 --leave-timeout; asleep inside a step (as in a wait that the cut does not end), no longer than
 its step deadline (2 s at these steps), whatever --leave-timeout says."""
 
@@ -25,8 +26,16 @@ def test_a_rank_that_does_not_leave_is_named_with_its_stacks(
     assert job.wait() == 0, job.output()
     output = job.output()
     assert "ranks [1] did not leave generation 0 within 2 s (their threads' stacks are in " \
-           "their output)" in output
+           "their output): their processes are ended, to restart from their snapshots" in output
     assert "Current thread" in output
     assert "inprocess_job.py\", line" in output  # where the script holds it: its sleep
-    failed = [e for e in job.events("recovery-failed")]
-    assert failed, "the recovery in place gave up"
+    assert not job.events("recovery-failed"), "the recovery in place went on"
+    ended, = job.events("survivors-ended")
+    assert (ended["generation"], ended["ranks"], ended["waited_seconds"]) == (0, [1], 2.0)
+    assert [e["strategy"] for e in job.events("decision")] == ["recover-in-place"]
+    started = job.events("generation-started")[-1]
+    # rank 0 crashed, rank 1 was ended: both restart, from their own snapshots
+    assert (started["generation"], started["kept_processes"]) == (1, 0), started
+    assert started["restore_source"] == "memory", started
+    recovered, = job.events("recovery-completed")
+    assert recovered["steps_lost"] == 0, recovered

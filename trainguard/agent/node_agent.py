@@ -285,10 +285,13 @@ class NodeAgent:
         """The first half of :meth:`recover`, which a job on several hosts does on every host
         before the next generation's store exists: end the processes of ``replace`` (and any
         that died), and have every survivor leave the current generation (cut its
-        communicator and wait).
+        communicator and wait). A survivor that does not leave in time is ended too (after
+        writing its threads' stacks): :meth:`recover` restarts it on its own device from its
+        own snapshots, as any process replaced in place, rather than the job restarting.
 
         Raises:
-            process.RecoveryError: a survivor did not leave in time, or is gone.
+            process.RecoveryError: a survivor exited by itself meanwhile, or an ended process
+                did not exit.
         """
         old = self._current()
         replace = set(replace) | {w.rank for w in old.workers.values() if not w.alive}
@@ -319,14 +322,17 @@ class NodeAgent:
                 restored here.
         """
         old = self._current()
-        replace = set(replace) | {w.rank for w in old.workers.values() if not w.alive}
-        survivors = [w for w in old.workers.values() if w.rank not in replace]
-        if to_spares and self.spares_left < len(replace):
+        moved = set(replace) if to_spares else set()
+        if self.spares_left < len(moved):
             raise process.RecoveryError(
-                f"{self.spares_left} spare devices left for {len(replace)} ranks")
+                f"{self.spares_left} spare devices left for {len(moved)} ranks")
         await self.leave(replace=replace)
-        restore, plan_seconds = await self._plan_restore(
-            lost=replace if to_spares else (), step=restore_step, peers=peers)
+        # Restarted here as well as ``replace``: any that died or were ended while leaving (the
+        # ranks of this host another host's leave ended, too). Only ``moved`` loses its memory.
+        restart = set(replace) | {w.rank for w in old.workers.values() if not w.alive}
+        survivors = [w for w in old.workers.values() if w.rank not in restart]
+        restore, plan_seconds = await self._plan_restore(lost=moved, step=restore_step,
+                                                         peers=peers)
         if restore.source is messages.RestoreSource.NONE and survivors and (
                 old.completed_step is not None):
             raise process.RecoveryError(
@@ -348,45 +354,57 @@ class NodeAgent:
             worker.send(messages.Rejoin(number, generation.master_addr, generation.master_port,
                                          restart_count))
             worker.send(messages.SnapshotInterval(self.snapshot_every, restore.step))
-        for rank in sorted(replace):
-            if to_spares:
+        for rank in sorted(restart):
+            if rank in moved:
                 self._launcher.move_to_spare(rank)
             generation.workers[rank] = self._launcher.prepare(generation, rank)
-        await self._spawn(generation, sorted(replace))
+        await self._spawn(generation, sorted(restart))
         return generation
 
     async def _await_leaving(self, generation: workers.Generation,
                              survivors: list[workers.WorkerState]) -> None:
-        """Until every survivor has left ``generation`` and every other process has exited.
+        """Until every survivor has left ``generation`` and every other process has exited;
+        survivors still in it after what they are doing may take are ended.
 
         Raises:
-            process.RecoveryError: a survivor exited meanwhile, or did not leave in time.
+            process.RecoveryError: a survivor exited by itself meanwhile, or an ended process
+                did not exit.
         """
-        def settled() -> bool:
-            if any(not w.alive for w in survivors):
-                return True
-            return all(w.left is not None for w in survivors) and not any(
-                w.alive for w in generation.workers.values() if w not in survivors)
+        kept = list(survivors)
+
+        def left() -> bool:
+            return all(w.left is not None if w in kept else not w.alive
+                       for w in generation.workers.values())
 
         # A survivor gets what it is doing may take, and never more than leave_timeout: gloo
         # can leave DDP waiting for an allreduce that neither ends nor fails once cut
-        # (docs/architecture.md), and the step's deadline gives up on it sooner.
+        # (README, "How survivors leave a generation"), and the step's deadline gives up on
+        # it sooner.
         timeout = min(self.settings.leave_timeout,
                       self._detector.leave_deadline(w.rank for w in survivors))
-        await self._wait_changed(settled, timeout)
-        gone = [w.rank for w in survivors if not w.alive]
+        await self._wait_changed(lambda: left() or any(not w.alive for w in kept), timeout)
+        gone = [w.rank for w in kept if not w.alive]
         if gone:
             raise process.RecoveryError(
                 f"rank {gone[0]} exited while the others were leaving the generation")
-        if not settled():
-            waiting = [w for w in survivors if w.left is None]
-            what = (f"ranks {[w.rank for w in waiting]} did not leave generation "
-                    f"{generation.number}" if waiting else "replaced processes did not exit")
-            what += f" within {timeout:.0f} s"
-            if waiting:
-                await self._dump_stacks(waiting)
-                what += " (their threads' stacks are in their output)"
-            raise process.RecoveryError(what)
+        stuck = [w for w in kept if w.left is None]
+        if stuck:
+            await self._dump_stacks(stuck)
+            self._log.warning(
+                "ranks %s did not leave generation %d within %.0f s (their threads' stacks are "
+                "in their output): their processes are ended, to restart from their snapshots",
+                [w.rank for w in stuck], generation.number, timeout)
+            self._record(events.SurvivorsEnded(
+                job=self.settings.run_id, generation=generation.number,
+                ranks=[w.rank for w in stuck], waited_seconds=timeout))
+            kept = [w for w in kept if w not in stuck]
+            for worker in stuck:
+                self._signal(worker, signal.SIGKILL)
+            await self._wait_changed(left, self.settings.shutdown_timeout)
+        if not left():
+            raise process.RecoveryError(
+                f"replaced processes did not exit within "
+                f"{self.settings.shutdown_timeout if stuck else timeout:.0f} s")
 
     async def _dump_stacks(self, stuck: list[workers.WorkerState]) -> None:
         """Have workers under a session write where each of their threads is, to their

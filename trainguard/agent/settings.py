@@ -44,9 +44,10 @@ class AgentSettings:
     process ready to become a worker."""
     leave_timeout: float = 10.0
     """Seconds the surviving ranks get at most to leave a generation (finish a snapshot in
-    progress, cut the communicator) before a process-level recovery gives up. A rank inside a
-    step gets no more than its step deadline (the hang detector's): a cut collective fails at
-    once, and one that does not never will."""
+    progress, cut the communicator) before a process-level recovery ends those still in it and
+    restarts them from their snapshots. A rank inside a step gets no more than its step
+    deadline (the hang detector's): a cut collective fails at once, and one that does not never
+    will."""
     snapshot_every: str = "1"
     """Steps between memory snapshots: a number, or auto (every step while a snapshot stalls
     training by at most --snapshot-share of a step, else fewer, from the measured stall and

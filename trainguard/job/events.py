@@ -32,6 +32,7 @@ __all__ = [
     "RunMeasured",
     "SnapshotIntervalChosen",
     "StepProgress",
+    "SurvivorsEnded",
     "goodput",
     "known_kinds",
 ]
@@ -163,6 +164,22 @@ class RecoveryFailed(Event):
 
     def summary(self) -> str:
         return f"{self.strategy} failed after {self.seconds:.2f} s: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SurvivorsEnded(Event):
+    """Ranks told to leave their generation were still in it when their time was up (gloo can
+    hold one in a wait that cutting its connections does not end): their processes were ended,
+    and the recovery restarts them from their own snapshots instead of the job restarting."""
+
+    KIND: ClassVar[str] = "survivors-ended"
+    generation: int  # the one they did not leave
+    ranks: list[int]
+    waited_seconds: float
+
+    def summary(self) -> str:
+        return (f"ranks {self.ranks} did not leave generation {self.generation} within "
+                f"{self.waited_seconds:.0f} s: ended, to restart from their snapshots")
 
 
 @dataclasses.dataclass(frozen=True)
