@@ -294,9 +294,7 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
             ("blocks_every", (["--snapshot-blocks", str(args.block_steps), "--snapshot-every",
                                str(args.blocks_every)],
                               functools.partial(_blocks, block=args.block_steps, skip=skip,
-                                                every=args.blocks_every,
-                                                variant=f"shares, every {args.blocks_every} "
-                                                        "steps")),
+                                                every=args.blocks_every)),
              args.block_steps and args.blocks_every)) if wanted}
     within: dict[str, list[RankTimes]] = {name: [] for name in estimates}
     cpu: dict[str, list[float]] = {name: [] for name in [*times, *estimates]}  # checkpoint_cpu
@@ -361,12 +359,14 @@ def _paired(rounds: list[RankTimes], *, every: int, skip: int) -> dict[str, Any]
 
 
 def _blocks(rounds: list[RankTimes], *, block: int, skip: int, every: int = 1,
-            variant: str = "shares, every step") -> dict[str, Any]:
+            variant: str | None = None) -> dict[str, Any]:
     """The blocks estimate: each round's overhead within its run, and their median; and over
-    every round, each run with snapshots (``variant``'s, after every ``every``-th step)
-    against its neighbours (:func:`block_differences`), with the 95% interval of their mean,
-    which decides: met when it lies at or under the target, not met when above it, else not
-    resolved by this recording."""
+    every round, each run with snapshots (``variant``'s, after every ``every``-th step; by
+    default trainguard's shares, named by how often) against its neighbours
+    (:func:`block_differences`), with the 95% interval of their mean, which decides: met when
+    it lies at or under the target, not met when above it, else not resolved by this
+    recording."""
+    variant = variant or ("shares, every step" if every == 1 else f"shares, every {every} steps")
     costs = [block_cost(times, block=block, skip=skip, every=every) for times in rounds]
     overheads = [with_snapshots / without - 1 for with_snapshots, without, _ in costs]
     differences = [value for times in rounds

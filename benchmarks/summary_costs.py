@@ -159,11 +159,10 @@ def _blocks_line(size: str, blocks: dict[str, Any]) -> str:
     """One blocks estimate in words: the rounds' median steps, and its verdict. A recording
     from before snapshots every N-th step were estimated so has no ``every``: every step."""
     every = blocks.get("every", 1)
-    snapshots, variant, grouped = (
-        ("every step", "shares, every step", "") if every == 1 else
-        (f"every {every} steps", f"shares, every {every} steps",
-         f", {every} steps in a row taken as one"))
+    snapshots, grouped = (("every step", "") if every == 1 else
+                          (f"every {every} steps", f", {every} steps in a row taken as one"))
     medians = blocks["median_step_seconds"]
+    [variant] = [name for name in medians if name != "no snapshots"]
     low, high = blocks["interval"]
     decided = (f"each against its neighbours, {blocks['neighbours_compared']} runs: mean "
                f"{blocks['overhead']:+.1%}, 95% interval {low:+.1%} to {high:+.1%}: "
