@@ -48,6 +48,7 @@ from trainguard.agent import (
     fault_injection,
     ipc_server,
     rendezvous_stores,
+    signal_delivery,
     snapshot_slots,
     step_statistics,
     watchdog,
@@ -80,7 +81,8 @@ def free_port(address: str) -> int:
 
 
 STACKS_WAIT = 0.5
-"""Seconds the stacks a stuck worker writes have to reach its output."""
+"""The most seconds a stuck worker has to write its stacks before it is ended: it is ended as
+soon as it is seen to have written them (:mod:`.signal_delivery`), else after this."""
 
 
 class NodeAgent:
@@ -408,12 +410,26 @@ class NodeAgent:
 
     async def _dump_stacks(self, stuck: list[workers.WorkerState]) -> None:
         """Have workers under a session write where each of their threads is, to their
-        output, so that whatever holds them is seen; returns once it has had time to arrive."""
+        output, so that whatever holds them is seen; returns once each has handled the signal
+        (its stacks are written), or after :data:`STACKS_WAIT` where that cannot be seen."""
+        sent: dict[int, frozenset[int]] = {}
+        unseen = False  # a process whose handling /proc does not show
         for worker in stuck:
             if worker.alive and worker.in_process and worker.pid is not None:
+                blocking = signal_delivery.blocking_threads(worker.pid,
+                                                            messages.STACKS_SIGNAL)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(worker.pid, messages.STACKS_SIGNAL)
-        await asyncio.sleep(STACKS_WAIT)
+                    if blocking is None:
+                        unseen = True
+                    else:
+                        sent[worker.pid] = blocking
+        if unseen:
+            await asyncio.sleep(STACKS_WAIT)
+        elif sent and not await signal_delivery.wait_handled(sent, messages.STACKS_SIGNAL,
+                                                             timeout=STACKS_WAIT):
+            self._log.warning("not every stuck rank wrote its stacks within %.1f s",
+                              STACKS_WAIT)
 
     async def _wait_changed(self, done: Callable[[], bool], timeout: float, *,
                             poll: float | None = None) -> None:
