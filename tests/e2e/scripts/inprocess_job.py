@@ -1,7 +1,8 @@
 """A small deterministic DDP job under Session.run, with hooks that make a recovery go wrong.
 
-Every process prints ``pid RANK PID started with N`` when it starts (N: the processes its
-agent started with it), so a test can tell which processes a recovery kept. A process started
+Every process prints ``pid RANK PID started with N on device D`` when it starts (N: the
+processes its agent started with it; D: its ``TRAINGUARD_DEVICE``), so a test can tell which
+processes a recovery kept, and where it put the others. A process started
 after generation 0 (a replacement) can be made to stall (``--stall-replacement``, to miss the
 recovery deadline) or die (``--crash-replacement``) before it restores. Rank 1 can be made to
 sleep between steps (``--stuck-after``) or inside one (``--stuck-in``), so that it does not
@@ -45,7 +46,8 @@ optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 state = {"model": model, "optimizer": optimizer}
 session = trainguard.train.Session()
 starting = os.environ.get("TRAINGUARD_STARTING_PROCESSES", "-")  # "-": no agent
-print(f"pid {session.rank} {os.getpid()} started with {starting}", flush=True)
+device = os.environ.get("TRAINGUARD_DEVICE", "-")
+print(f"pid {session.rank} {os.getpid()} started with {starting} on device {device}", flush=True)
 hooks = {"armed": session.generation == 1}  # it replaces a failed one in the first recovery
 
 
