@@ -147,6 +147,13 @@ def write_trials(name: str, results: Sequence[dict[str, Any]],
     write_result(name, {"trials": list(results), "medians": summary, "setup": setup}, output)
 
 
+def ordinal(number: int) -> str:
+    """``number`` as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 22nd."""
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(
+        number % 10, "th")
+    return f"{number}{suffix}"
+
+
 def median(values: Iterable[float | None]) -> float | None:
     present = [value for value in values if value is not None]
     return statistics.median(present) if present else None

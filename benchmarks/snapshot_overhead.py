@@ -400,16 +400,18 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                  f"timed step; the first {args.warmup:.0%} of each rank's steps left out; floor: "
                  "one replica's state copied once per step at memory bandwidth, measured after the "
                  "jobs" + (f"; paired: one more job a round with a snapshot every "
-                           f"{args.paired_every}th step, each snapshot's two steps against the "
-                           "next two on the same rank" if args.paired_every else "")
+                           f"{common.ordinal(args.paired_every)} step, each snapshot's two "
+                           "steps against the next two on the same rank"
+                           if args.paired_every else "")
                  + (f"; blocks: one more job a round with a snapshot after every step of every "
                     f"second run of {args.block_steps} steps, its steps in those runs against "
                     "its steps in the others (the first of each left out); state dicts alone: "
                     "the same, its steps in those runs building only the tree a snapshot starts "
                     "from (state dicts, random states) and dropping it"
                     + (f"; every {args.blocks_every} steps: the same with a snapshot after "
-                       f"every {args.blocks_every}th step of those runs, {args.blocks_every} "
-                       "steps in a row taken as one" if args.blocks_every else "")
+                       f"every {common.ordinal(args.blocks_every)} step of those runs, "
+                       f"{args.blocks_every} steps in a row taken as one"
+                       if args.blocks_every else "")
                     if args.block_steps else "")
                  + "; the runs of a round in another order each round",
         "target": TARGET, "sizes": sizes,

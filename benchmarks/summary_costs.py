@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks import common
 from benchmarks.summary_text import command, load, seconds, verdict
 
 __all__ = ["overhead", "percents", "snapshot_overhead", "stall"]
@@ -128,7 +129,8 @@ def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead", 
             paired = size["paired"]
             verdicts.append(
                 f"- {size['name']}, paired within each run (a snapshot every "
-                f"{paired['every']}th step, shares; its two steps against the next two, "
+                f"{common.ordinal(paired['every'])} step, shares; its two steps against the "
+                f"next two, "
                 f"{paired['snapshots_compared']} snapshots): "
                 f"{paired['snapshot_seconds'] * 1000:.2f} ms per snapshot, "
                 f"{paired['overhead']:+.1%} of a {paired['clean_step_seconds'] * 1000:.1f} ms "

@@ -227,3 +227,10 @@ def test_the_estimates_within_a_run_take_0_or_enough_steps_between_snapshots(
 def test_the_large_size_holds_about_75_megabytes_per_rank() -> None:
     size = next(size for size in snapshot_overhead.SIZES if size.name == "75MB")
     assert 74e6 < snapshot_overhead.state_bytes(size.width) < 76e6
+
+
+@pytest.mark.parametrize(("number", "written"), [
+    (1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"), (13, "13th"),
+    (21, "21st"), (22, "22nd"), (101, "101st"), (111, "111th")])
+def test_how_often_is_written_as_an_english_ordinal(number: int, written: str) -> None:
+    assert common.ordinal(number) == written
