@@ -217,3 +217,30 @@ def test_a_fixed_interval_is_not_told_again_when_the_stall_wobbles_across_the_sh
     assert len(set(recommended)) > 1, "the stalls must cross the share"
     assert [e.recommended for e in chosen] == [None, recommended[0]]
     assert agent.paced == [1] * 5
+
+
+def test_each_generations_first_two_snapshots_are_left_out_of_the_stall() -> None:
+    # Measured on the demo's job: a rank's first write into each of its two slots (the first
+    # also comparing the replicas) stalled 4-18 ms, the rest 0.4 ms; the choice stood on them.
+    clock = FakeClock()
+    pacer, agent, _ = _pacer("auto", clock)
+    statistics = agent.statistics
+    for generation in range(2):
+        statistics.new_generation()
+        for index, stall in enumerate((0.018, 0.009, *[0.0004] * 6)):
+            statistics.began(0, clock.now)
+            clock.now += 0.0125
+            for rank in range(4):
+                statistics.snapshot(rank, step=100 * generation + index + 1, nbytes=1,
+                                    seconds=stall, at=clock.now)
+        assert [step for step in statistics.slowest_stalls if step > 100 * generation] == [
+            100 * generation + step for step in range(3, 9)]
+        measured = pacer.measured()
+        assert measured is not None
+        assert measured.stall_seconds == pytest.approx(0.0004)
+    # What a rank shows as its newest snapshot is still each one, the first ones too.
+    assert statistics.activity(0, pid=1, device=0, step=108).snapshot_seconds == 0.0004
+    statistics.new_generation()
+    statistics.snapshot(0, step=201, nbytes=1, seconds=0.018, at=clock.now)
+    assert statistics.activity(0, pid=1, device=0, step=201).snapshot_seconds == 0.018
+    assert 201 not in statistics.slowest_stalls
