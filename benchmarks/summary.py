@@ -390,7 +390,7 @@ def main() -> None:
     _fault_engine(lines)
     summary_costs.overhead(lines)
     summary_costs.snapshot_overhead(lines)
-    for every in (3, 4):
+    for every in (3, 4, 5):
         summary_costs.snapshot_overhead(lines, f"snapshot-overhead-every-{every}",
                                         about=f": the demo's size, a snapshot every {every} "
                                               "steps within each run")
