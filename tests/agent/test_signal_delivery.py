@@ -74,7 +74,7 @@ def test_handled_as_soon_as_the_stacks_are_written(
     child = _start()
     children.append(child)
     began = time.monotonic()
-    assert asyncio.run(signal_delivery.wait_handled(_send(child), SIGNAL, timeout=20))
+    assert asyncio.run(signal_delivery.signal_and_wait([child.pid], SIGNAL, timeout=20))
     assert time.monotonic() - began < 5  # generous: it takes milliseconds
     os.killpg(child.pid, signal.SIGKILL)
     output, _ = child.communicate(timeout=30)
@@ -117,3 +117,4 @@ def test_a_process_that_is_gone_has_nothing_left_to_handle(
     child.communicate(timeout=30)
     assert signal_delivery.blocking_threads(child.pid, SIGNAL) is None
     assert signal_delivery.handled(child.pid, SIGNAL, blocked_before=frozenset())
+    assert asyncio.run(signal_delivery.signal_and_wait([child.pid], SIGNAL, timeout=20))

@@ -412,23 +412,11 @@ class NodeAgent:
         """Have workers under a session write where each of their threads is, to their
         output, so that whatever holds them is seen; returns once each has handled the signal
         (its stacks are written), or after :data:`STACKS_WAIT` where that cannot be seen."""
-        sent: dict[int, frozenset[int]] = {}
-        unseen = False  # a process whose handling /proc does not show
-        for worker in stuck:
-            if worker.alive and worker.in_process and worker.pid is not None:
-                blocking = signal_delivery.blocking_threads(worker.pid,
-                                                            messages.STACKS_SIGNAL)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(worker.pid, messages.STACKS_SIGNAL)
-                    if blocking is None:
-                        unseen = True
-                    else:
-                        sent[worker.pid] = blocking
-        if unseen:
-            await asyncio.sleep(STACKS_WAIT)
-        elif sent and not await signal_delivery.wait_handled(sent, messages.STACKS_SIGNAL,
-                                                             timeout=STACKS_WAIT):
-            self._log.warning("not every stuck rank wrote its stacks within %.1f s",
+        pids = [worker.pid for worker in stuck
+                if worker.alive and worker.in_process and worker.pid is not None]
+        if pids and not await signal_delivery.signal_and_wait(pids, messages.STACKS_SIGNAL,
+                                                              timeout=STACKS_WAIT):
+            self._log.warning("not every stuck rank was seen to write its stacks within %.1f s",
                               STACKS_WAIT)
 
     async def _wait_changed(self, done: Callable[[], bool], timeout: float, *,

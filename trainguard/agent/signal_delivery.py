@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+import os
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
-__all__ = ["blocking_threads", "handled", "wait_handled"]
+__all__ = ["blocking_threads", "handled", "signal_and_wait", "wait_handled"]
 
 POLL_SECONDS = 0.01
 """How often ``/proc`` is read while waiting."""
@@ -90,3 +91,26 @@ async def wait_handled(sent: Mapping[int, frozenset[int]], signum: int, *,
             return False
         await asyncio.sleep(min(POLL_SECONDS, max(0.0, deadline - loop.time())))
 
+
+
+async def signal_and_wait(pids: Collection[int], signum: int, *, timeout: float) -> bool:
+    """Send ``signum`` to each of ``pids`` and wait until each has handled it
+    (:func:`wait_handled`), or ``timeout`` seconds, the whole of them where ``/proc`` cannot
+    show a process's handling; whether every one was seen to. A process already gone, or not
+    this user's to signal, is left out."""
+    sent: dict[int, frozenset[int]] = {}
+    unseen = False
+    for pid in pids:
+        before = blocking_threads(pid, signum)
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            continue
+        if before is None:
+            unseen = True
+        else:
+            sent[pid] = before
+    if unseen:
+        await asyncio.sleep(timeout)
+        return False
+    return not sent or await wait_handled(sent, signum, timeout=timeout)
