@@ -44,7 +44,11 @@ only across runs. Beside it, the same estimate for a job whose steps in those ru
 the tree a snapshot starts from (each state's ``state_dict()`` and the random generators'
 states, :func:`trainguard.train.state_backend.saved_tree`) and drop it: the floor under any
 snapshot made of state dicts, however it is copied, which at the demo's step is not the copy's
-bytes. And the same estimate with a snapshot after every N-th step of those runs only
+bytes. And the same estimate for a job whose snapshots in those runs hold no state
+(``Session.checkpoint`` of an empty state: the step and the random states alone, the parts a
+snapshot keeps per rank in any scheme): what every snapshot pays whatever the model's size,
+the floor under a design in which not every rank writes the replicated state every step.
+And the same estimate with a snapshot after every N-th step of those runs only
 (``--blocks-every``, default 2: what ``--snapshot-every auto`` takes on the demo's job here), N
 steps in a row taken as one, each group holding one snapshot: whether snapshotting less often
 brings the cost within the target (a snapshot taken more rarely runs colder). Prints one JSON
@@ -74,8 +78,8 @@ from torch import nn
 
 from benchmarks import common, overhead
 
-__all__ = ["BASELINE", "BLOCK_MIN_STEPS", "CONTROL", "PAIRED_MIN_EVERY", "SIZES",
-           "STATE_DICTS", "TARGET", "VARIANTS", "RankTimes", "Size", "block_cost",
+__all__ = ["BASELINE", "BLOCK_MIN_STEPS", "CONTROL", "PAIRED_MIN_EVERY", "PER_RANK",
+           "SIZES", "STATE_DICTS", "TARGET", "VARIANTS", "RankTimes", "Size", "block_cost",
            "block_differences", "checkpoint_cpu", "copy_seconds", "main", "mean_interval",
            "paired_cost", "state_bytes"]
 
@@ -95,6 +99,8 @@ CONTROL = "no snapshots, again"
 noise), printed beside every verdict. On a shared machine it can be as large as the target."""
 STATE_DICTS = "state dicts alone"
 """The blocks estimate's job building only the tree a snapshot starts from."""
+PER_RANK = "per-rank parts alone"
+"""The blocks estimate's job snapshotting no state: the step and the random states alone."""
 _AT_ONCE = {"TRAINGUARD_SNAPSHOT_COPY_BEHIND": "0"}
 VARIANTS = {  # name -> (snapshot every N steps, environment)
     BASELINE: (0, {}),
@@ -291,6 +297,10 @@ def _measure(size: Size, args: argparse.Namespace, root: Path) -> dict[str, Any]
                              functools.partial(_blocks, block=args.block_steps, skip=skip,
                                                variant=STATE_DICTS)),
              args.block_steps),
+            ("per_rank", (["--snapshot-blocks", str(args.block_steps), "--per-rank-only"],
+                          functools.partial(_blocks, block=args.block_steps, skip=skip,
+                                            variant=PER_RANK)),
+             args.block_steps),
             ("blocks_every", (["--snapshot-blocks", str(args.block_steps), "--snapshot-every",
                                str(args.blocks_every)],
                               functools.partial(_blocks, block=args.block_steps, skip=skip,
@@ -407,7 +417,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                     f"second run of {args.block_steps} steps, its steps in those runs against "
                     "its steps in the others (the first of each left out); state dicts alone: "
                     "the same, its steps in those runs building only the tree a snapshot starts "
-                    "from (state dicts, random states) and dropping it"
+                    "from (state dicts, random states) and dropping it; per-rank parts alone: the "
+                    "same, its snapshots in those runs holding no state (the step and the "
+                    "random states)"
                     + (f"; every {args.blocks_every} steps: the same with a snapshot after "
                        f"every {common.ordinal(args.blocks_every)} step of those runs, "
                        f"{args.blocks_every} steps in a row taken as one"

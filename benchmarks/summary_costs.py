@@ -89,6 +89,17 @@ def percents(values: list[float]) -> str:
     return ", ".join(f"{value:+.1%}" for value in values)
 
 
+_FLOORS = {
+    "state_dicts": "the floor under any snapshot made of state dicts (as within each run, "
+                   "those runs building only each state's state_dict() and the random states, "
+                   "and dropping them;",
+    "per_rank": "the floor under any snapshot, whatever the model's size (as within each run, "
+                "those runs snapshotting no state: the step and the random states alone;",
+}
+"""The blocks estimates of what part of a snapshot costs, in words (a recording from before
+one was measured lacks it)."""
+
+
 def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead", *,
                       elsewhere: bool = False, about: str = "") -> None:
     """The step-time benchmark's result ``result_name``: this machine's, or another's
@@ -138,15 +149,15 @@ def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead", 
                 f"(by round {percents(paired['overhead_by_round'])})")
         verdicts += [_blocks_line(size["name"], size[name])
                      for name in ("blocks", "blocks_every") if name in size]
-        if "state_dicts" in size:
-            alone = size["state_dicts"]
-            low, high = alone["interval"]
-            verdicts.append(
-                f"- {size['name']}, the floor under any snapshot made of state dicts (as within "
-                f"each run, those runs building only each state's state_dict() and the random "
-                f"states, and dropping them; {alone['neighbours_compared']} runs against their "
-                f"neighbours): mean {alone['overhead']:+.1%}, 95% interval {low:+.1%} to "
-                f"{high:+.1%} (by round {percents(alone['overhead_by_round'])})")
+        for name, floor in _FLOORS.items():
+            if name in size:
+                alone = size[name]
+                low, high = alone["interval"]
+                verdicts.append(
+                    f"- {size['name']}, {floor} {alone['neighbours_compared']} runs against "
+                    f"their neighbours): mean {alone['overhead']:+.1%}, 95% interval "
+                    f"{low:+.1%} to {high:+.1%} (by round "
+                    f"{percents(alone['overhead_by_round'])})")
         if size.get("checkpoint_cpu_seconds"):
             words = {"blocks_every": f"blocks every {size.get('blocks_every', {}).get('every')} "
                                      "steps"}

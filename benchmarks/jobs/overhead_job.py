@@ -9,7 +9,10 @@ same under ``Session.run``. Snapshots only with ``--snapshot-every N`` (a sessio
 any; both flags together: after every N-th step of those runs only. With
 ``--state-dicts-only``, those steps build only the tree a snapshot starts from (each state's
 ``state_dict()`` and the random generators' states) and drop it: what any checkpoint made of
-state dicts pays, whoever then copies it. Each rank writes the seconds from each step's start
+state dicts pays, whoever then copies it. With ``--per-rank-only``, those steps call
+``Session.checkpoint`` with no state: the snapshot holds only the step and the random
+generators' states, the parts that stay per rank in any scheme, and costs what every snapshot
+pays whatever the model's size. Each rank writes the seconds from each step's start
 to the next's to ``$BENCH_OUTPUT_DIR/steps-<rank>.json`` and, with snapshots, the CPU seconds
 of each ``Session.checkpoint`` on the training thread to ``checkpoint-cpu-<rank>.json``.
 """
@@ -43,9 +46,16 @@ parser.add_argument("--snapshot-blocks", type=int, default=0, metavar="K",
 parser.add_argument("--state-dicts-only", action="store_true",
                     help="on the snapshot steps, build the saved tree (state dicts, random "
                          "states) and drop it instead of Session.checkpoint")
+parser.add_argument("--per-rank-only", action="store_true",
+                    help="on the snapshot steps, Session.checkpoint with no state: a snapshot "
+                         "of the step and the random states alone")
 args = parser.parse_args()
-if args.state_dicts_only and not (args.snapshot_every or args.snapshot_blocks):
-    parser.error("--state-dicts-only needs --snapshot-every or --snapshot-blocks")
+for flag, given in (("--state-dicts-only", args.state_dicts_only),
+                    ("--per-rank-only", args.per_rank_only)):
+    if given and not (args.snapshot_every or args.snapshot_blocks):
+        parser.error(f"{flag} needs --snapshot-every or --snapshot-blocks")
+if args.state_dicts_only and args.per_rank_only:
+    parser.error("--state-dicts-only and --per-rank-only exclude each other")
 if (args.snapshot_every or args.snapshot_blocks) and args.mode == "plain":
     parser.error("--snapshot-every and --snapshot-blocks need --mode session or run")
 if args.snapshot_every < 0 or args.snapshot_blocks < 0:
@@ -94,7 +104,7 @@ def train() -> None:
             if args.state_dicts_only:
                 state_backend.saved_tree(state, step=step + 1)
             else:
-                session.checkpoint(state, step=step + 1)
+                session.checkpoint({} if args.per_rank_only else state, step=step + 1)
             checkpoint_cpu.append(time.thread_time() - began)
     starts.append(time.perf_counter())
     seconds = [after - before for before, after in itertools.pairwise(starts)]

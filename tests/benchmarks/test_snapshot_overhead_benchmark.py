@@ -70,6 +70,14 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
                                                  snapshot_overhead.BASELINE}
     alone_low, alone_high = alone["interval"]
     assert alone_low <= alone["overhead"] <= alone_high
+    # and for one whose snapshots on those steps hold no state (the per-rank parts alone)
+    per_rank = size["per_rank"]
+    assert (per_rank["steps"], per_rank["runs_compared"],
+            per_rank["neighbours_compared"]) == (10, 10, 4)
+    assert set(per_rank["median_step_seconds"]) == {snapshot_overhead.PER_RANK,
+                                                    snapshot_overhead.BASELINE}
+    per_rank_low, per_rank_high = per_rank["interval"]
+    assert per_rank_low <= per_rank["overhead"] <= per_rank_high
     # and for a job that snapshots after every second step of those runs (the default)
     every = size["blocks_every"]
     assert (every["steps"], every["every"], every["runs_compared"],
@@ -77,10 +85,10 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
     assert set(every["median_step_seconds"]) == {"shares, every 2 steps",
                                                  snapshot_overhead.BASELINE}
     every_low, every_high = every["interval"]
-    # each variant with snapshots, and the paired, blocks, state-dicts and every-2 jobs, timed
-    # their snapshots' CPU (the state-dicts one, building the state dicts alone)
+    # each variant with snapshots, and the paired, blocks, state-dicts, per-rank and every-2
+    # jobs, timed their snapshots' CPU (the state-dicts one, building the state dicts alone)
     cpu = size["checkpoint_cpu_seconds"]
-    assert set(cpu) == {*asked, "paired", "blocks", "state_dicts", "blocks_every"}
+    assert set(cpu) == {*asked, "paired", "blocks", "state_dicts", "per_rank", "blocks_every"}
     assert all(0 < seconds < 1 for seconds in cpu.values())
     # the summary renders it
     monkeypatch.setattr(common, "RESULTS", tmp_path)
@@ -113,6 +121,11 @@ def test_a_tiny_run_measures_the_variants_asked_for_against_none(
             f"those runs building only each state's state_dict() and the random states, and "
             f"dropping them; 4 runs against their neighbours): mean {alone['overhead']:+.1%}, "
             f"95% interval {alone_low:+.1%} to {alone_high:+.1%} (by round ") in text
+    assert (f"- demo, the floor under any snapshot, whatever the model's size (as within each "
+            f"run, those runs snapshotting no state: the step and the random states alone; 4 "
+            f"runs against their neighbours): mean {per_rank['overhead']:+.1%}, 95% interval "
+            f"{per_rank_low:+.1%} to {per_rank_high:+.1%} (by round ") in text
+    assert f", per rank {cpu['per_rank'] * 1e6:.0f} us" in text
     assert (f"- demo, CPU of a snapshot on the training thread (median): whole, every step "
             f"{cpu['whole, every step'] * 1e6:.0f} us, ") in text
     assert f", state dicts {cpu['state_dicts'] * 1e6:.0f} us" in text
