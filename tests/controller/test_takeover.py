@@ -18,6 +18,7 @@ from tests.controller.test_controller_job_controller import (
     run_scenario,
     store,
 )
+from tests.controller.test_repeated_failures import _fail
 from trainguard import testing
 from trainguard.controller import api, job_controller, job_record, policy
 from trainguard.job import events
@@ -71,7 +72,8 @@ def test_a_recovery_under_way_is_finished_by_a_restart_that_spends_nothing(
         assert taken.agent.called()[:2] == ["stop_workers", "start_generation"]
         assert await taken.record() == {
             "job": JOB, "generation": 5, "restarts_used": 2, "retries_used": 0,
-            "isolated": [], "resume_step": 80, "recovering": False}
+            "isolated": [], "resume_step": 80, "repeated": None, "repeats": 0,
+            "recovering": False}
         restarted.succeed()
         result = await bounded(run)
         assert (result.outcome, result.restarts_used) == (events.JobOutcome.SUCCEEDED, 2)
@@ -100,6 +102,38 @@ def test_the_hosts_generation_is_gone_on_with_and_its_fault_counts_from_the_reco
         result = await bounded(run)
         writing.cancel()
         assert result.restarts_used == 2
+
+    run_scenario(scenario)
+
+
+def test_a_crash_loop_counted_before_the_takeover_is_counted_on(
+        store: sqlite.SqliteStore) -> None:
+    """The same failure twice under one controller, then once under its successor: the third
+    in a row (crash-loop-repeats 3) ends the job, though the successor saw it only once."""
+    async def scenario() -> None:
+        first = _Taken(store)
+        run = asyncio.create_task(first.controller.run())
+        writing = asyncio.create_task(first.writer.run())
+        for number in range(2):
+            _fail(await bounded(first.agent.generations.get()), after=1.0, port=40000 + number)
+        hosts = await bounded(first.agent.generations.get())  # the hosts train on in it
+        await first.writer.flush()
+        entry = await first.kv.get(job_record.PREFIX + JOB)
+        assert entry is not None
+        run.cancel()  # the controller is gone
+        writing.cancel()
+        record = job_record.JobRecord.from_json(entry.value, key=entry.key)
+        assert (record.generation, record.repeats) == (2, 2)
+
+        successor = _Taken(store)
+        adopted = successor.agent.current = _generation(hosts.number)
+        run = asyncio.create_task(successor.controller.run(resume=record, adopted=adopted))
+        _fail(adopted, after=1.0, port=40002)
+        result = await bounded(run)
+        assert result.outcome is events.JobOutcome.FAILED
+        assert result.reason.startswith(
+            "crash loop: the same failure 3 times in a row, each before a step completed")
+        assert result.restarts_used == 2, "the successor spent no restart on it"
 
     run_scenario(scenario)
 

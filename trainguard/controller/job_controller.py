@@ -47,7 +47,9 @@ recorded only."""
 
 def _failure_signature(fault: process.ProcessFault) -> tuple[object, ...]:
     """What makes two failures the same: rank, kind, exit status and the error's last line,
-    its numbers blanked (ports, pids and addresses change from start to start)."""
+    its numbers blanked (ports, pids and addresses change from start to start). Values that
+    the job's record carries to a controller that takes over (the kind, a string enum, equals
+    its value read back)."""
     lines = fault.error_excerpt.strip().splitlines()
     error = re.sub(r"\d+", "N", lines[-1]) if lines else fault.detail
     return (fault.rank, fault.kind, fault.returncode, error)
@@ -223,6 +225,7 @@ class JobController:
             self._restarts_used, self._retries_used = resume.restarts_used, resume.retries_used
             self._isolated.update(resume.isolated)
             self._resume_step = resume.resume_step
+            self._repeated = (resume.repeated, resume.repeats)
         if adopted is not None:
             generation = self._generation = adopted
             self._record(events.ControllerTookOver(
@@ -451,7 +454,8 @@ class JobController:
             self._journal.note(job_record.JobRecord(
                 job=self._job, generation=generation, restarts_used=self._restarts_used,
                 retries_used=self._retries_used, isolated=tuple(sorted(self._isolated)),
-                resume_step=self._resume_step, recovering=recovering))
+                resume_step=self._resume_step, repeated=self._repeated[0],
+                repeats=self._repeated[1], recovering=recovering))
 
     def _context(self, generation: api.GenerationHandle, fault: process.ProcessFault, *,
                  others: list[process.ProcessFault] | None = None,

@@ -2,9 +2,10 @@
 in the store (``jobs/<job>``), written as the job's controller decides.
 
 It holds what the agents cannot say: the restarts and retries already spent, the devices
-isolated, the step the job had reached, and whether a decision was being carried out (so the
-successor does not decide it again). The generation the hosts run, and their state, the
-successor learns from the hosts themselves when they register with it again.
+isolated, the step the job had reached, the crash loop counted so far, and whether a decision
+was being carried out (so the successor does not decide it again). The generation the hosts
+run, and their state, the successor learns from the hosts themselves when they register with
+it again.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ class JobRecord:
     isolated: tuple[str, ...] = ()
     """Devices taken out of use for the rest of the job."""
     resume_step: int = 0
+    repeated: tuple[object, ...] | None = None
+    """The last failure before any step completed, as the controller compares failures (rank,
+    kind, exit status, the error's last line); None when a step completed since."""
+    repeats: int = 0
+    """How many times in a row ``repeated`` came: a crash loop's count so far, so that a
+    successor does not start it again from nothing."""
     recovering: bool = False
     """A decision is being carried out: its restart is spent, and a successor that finds the
     hosts still in ``generation`` restarts them without spending another."""
@@ -48,8 +55,14 @@ class JobRecord:
             if not isinstance(fields, dict):
                 raise TypeError(f"an object was expected, got {type(fields).__name__}")
             fields["isolated"] = tuple(fields.get("isolated", ()))
+            repeated = fields.get("repeated")
+            if repeated is not None:
+                if not isinstance(repeated, list):
+                    raise TypeError("repeated must be a list or null")
+                fields["repeated"] = tuple(repeated)
             record = cls(**fields)
-            for name in ("generation", "restarts_used", "retries_used", "resume_step"):
+            for name in ("generation", "restarts_used", "retries_used", "resume_step",
+                         "repeats"):
                 if not isinstance(getattr(record, name), int):
                     raise TypeError(f"{name} must be an integer")
         except (ValueError, TypeError) as error:
