@@ -394,6 +394,10 @@ def main() -> None:
         summary_costs.snapshot_overhead(lines, f"snapshot-overhead-every-{every}",
                                         about=f": the demo's size, a snapshot every {every} "
                                               "steps within each run")
+    summary_costs.snapshot_overhead(lines, "snapshot-overhead-floors",
+                                    about=": the demo's size, with the floors under any "
+                                          "snapshot (the state dicts alone, the per-rank parts "
+                                          "alone)")
     summary_costs.snapshot_overhead(lines, "snapshot-overhead-16-cores", elsewhere=True)
     path = common.RESULTS / "SUMMARY.md"
     path.write_text("\n".join(lines))
