@@ -90,14 +90,14 @@ def percents(values: list[float]) -> str:
 
 
 _FLOORS = {
-    "state_dicts": "the floor under any snapshot made of state dicts (as within each run, "
-                   "those runs building only each state's state_dict() and the random states, "
-                   "and dropping them;",
-    "per_rank": "the floor under any snapshot, whatever the model's size (as within each run, "
-                "those runs snapshotting no state: the step and the random states alone;",
+    "state_dicts": ("the floor under any snapshot made of state dicts",
+                    "those runs building only each state's state_dict() and the random states, "
+                    "and dropping them"),
+    "per_rank": ("the floor under any snapshot, whatever the model's size",
+                 "those runs snapshotting no state: the step and the random states alone"),
 }
-"""The blocks estimates of what part of a snapshot costs, in words (a recording from before
-one was measured lacks it)."""
+"""The blocks estimates of what part of a snapshot costs: what each is, and what its job does
+(a recording from before one was measured lacks it)."""
 
 
 def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead", *,
@@ -149,13 +149,14 @@ def snapshot_overhead(lines: list[str], result_name: str = "snapshot-overhead", 
                 f"(by round {percents(paired['overhead_by_round'])})")
         verdicts += [_blocks_line(size["name"], size[name])
                      for name in ("blocks", "blocks_every") if name in size]
-        for name, floor in _FLOORS.items():
+        for name, (floor, job) in _FLOORS.items():
             if name in size:
                 alone = size[name]
                 low, high = alone["interval"]
                 verdicts.append(
-                    f"- {size['name']}, {floor} {alone['neighbours_compared']} runs against "
-                    f"their neighbours): mean {alone['overhead']:+.1%}, 95% interval "
+                    f"- {size['name']}, {floor} (as within each run, {job}; "
+                    f"{alone['neighbours_compared']} runs against their neighbours): mean "
+                    f"{alone['overhead']:+.1%}, 95% interval "
                     f"{low:+.1%} to {high:+.1%} (by round "
                     f"{percents(alone['overhead_by_round'])})")
         if size.get("checkpoint_cpu_seconds"):

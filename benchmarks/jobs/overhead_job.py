@@ -43,19 +43,18 @@ parser.add_argument("--snapshot-every", type=int, default=0,
 parser.add_argument("--snapshot-blocks", type=int, default=0, metavar="K",
                     help="Session.checkpoint after every step of every second run of K steps "
                          "(0: not)")
-parser.add_argument("--state-dicts-only", action="store_true",
+floors = parser.add_mutually_exclusive_group()
+floors.add_argument("--state-dicts-only", action="store_true",
                     help="on the snapshot steps, build the saved tree (state dicts, random "
                          "states) and drop it instead of Session.checkpoint")
-parser.add_argument("--per-rank-only", action="store_true",
+floors.add_argument("--per-rank-only", action="store_true",
                     help="on the snapshot steps, Session.checkpoint with no state: a snapshot "
                          "of the step and the random states alone")
 args = parser.parse_args()
-for flag, given in (("--state-dicts-only", args.state_dicts_only),
-                    ("--per-rank-only", args.per_rank_only)):
-    if given and not (args.snapshot_every or args.snapshot_blocks):
-        parser.error(f"{flag} needs --snapshot-every or --snapshot-blocks")
-if args.state_dicts_only and args.per_rank_only:
-    parser.error("--state-dicts-only and --per-rank-only exclude each other")
+if (args.state_dicts_only or args.per_rank_only) and not (args.snapshot_every
+                                                          or args.snapshot_blocks):
+    parser.error("--state-dicts-only and --per-rank-only need --snapshot-every or "
+                 "--snapshot-blocks")
 if (args.snapshot_every or args.snapshot_blocks) and args.mode == "plain":
     parser.error("--snapshot-every and --snapshot-blocks need --mode session or run")
 if args.snapshot_every < 0 or args.snapshot_blocks < 0:

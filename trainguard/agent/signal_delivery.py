@@ -92,7 +92,6 @@ async def wait_handled(sent: Mapping[int, frozenset[int]], signum: int, *,
         await asyncio.sleep(min(POLL_SECONDS, max(0.0, deadline - loop.time())))
 
 
-
 async def signal_and_wait(pids: Collection[int], signum: int, *, timeout: float) -> bool:
     """Send ``signum`` to each of ``pids`` and wait until each has handled it
     (:func:`wait_handled`), or ``timeout`` seconds, the whole of them where ``/proc`` cannot
