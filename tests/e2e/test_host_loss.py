@@ -23,12 +23,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 # The demo's job, long enough (about 4 s of steps here) to lose a host in the middle.
 JOB = ["-m", "trainguard.demo.ddp_job", "--steps", "400", "--width", "64"]
+# Three times longer, for a host killed only once a step is on every node's disk: with JOB, that
+# came at step 230 to 270 of 400 here, and under CI's load the job once ended first.
+LONG_JOB = ["-m", "trainguard.demo.ddp_job", "--steps", "1200", "--width", "64"]
 
 
 @pytest.fixture(scope="module")
 def clean_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The final parameters of the same job on 4 ranks of one host, without faults."""
     return clean_digest_of(tmp_path_factory.mktemp("clean"), JOB)
+
+
+@pytest.fixture(scope="module")
+def long_clean_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The final parameters of LONG_JOB on 4 ranks of one host, without faults."""
+    return clean_digest_of(tmp_path_factory.mktemp("clean-long"), LONG_JOB)
 
 
 def _started(cluster: Cluster, tmp_path: Path, *, prefixes: tuple[tuple[str, ...], ...] = (
@@ -166,26 +175,28 @@ def test_without_a_spare_a_lost_host_fails_the_job_after_the_stated_wait(
 
 
 def test_without_a_spare_the_lost_host_back_within_the_wait_restores_its_ranks_from_disk(
-        cluster: Cluster, tmp_path: Path, clean_digest: str) -> None:
+        cluster: Cluster, tmp_path: Path, long_clean_digest: str) -> None:
     """No replicas (dp 1) and no spare: host 1 killed, then started again with the same command
     while the controller waits; it takes back node 1 and its checkpoints, and every host
     resumes from the newest step the controller had every host write."""
     controller = cluster.start_controller("--host-wait", "120")
     common = ["--nproc-per-node", "2", "--max-restarts", "2", "--dp-size", "1",
-              "--persist-interval", "0", *JOB, "--output", str(tmp_path / "sha")]
+              "--persist-interval", "0", *LONG_JOB, "--output", str(tmp_path / "sha")]
     hosts = [cluster.host(node, *common) for node in (0, 1)]
     _training(hosts[0])
     hosts[0].wait_for("a step on every node's disk", lambda: set.intersection(*(
         {path.name for path in host.checkpoint_dir.glob("step-*") if "." not in path.name}
         for host in hosts)), timeout=60)  # published: not a .partial- one
     hosts[1].kill()
+    assert hosts[0].process.poll() is None, (
+        "the job ended before host 1 was killed (make LONG_JOB longer):\n" + hosts[0].output())
     # What node 1 had published when it died: a step whose directory is renamed into place can
     # be reported before its agent records the write, and the kill may fall in between.
     published = {int(path.name.split("-")[1]) for path in hosts[1].checkpoint_dir.glob("step-*")
                  if "." not in path.name}
     back = cluster.host(1, *common)
     assert [hosts[0].wait(), back.wait()] == [0, 0], hosts[0].output() + back.output()
-    assert (tmp_path / "sha").read_text() == clean_digest, "not bitwise identical"
+    assert (tmp_path / "sha").read_text() == long_clean_digest, "not bitwise identical"
     assert "this spare host takes node 1's ranks" in back.output()
     recovery, = controller.events("job", "recovery-completed")
     assert "disk" in recovery["restore_source"]
