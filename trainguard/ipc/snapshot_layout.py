@@ -15,7 +15,10 @@ copies bytes and never interprets tensors. Layout (little-endian)::
 
 Writers follow a sequence lock: ``seq`` is odd while the slot is being written and even once the
 snapshot is complete, so a reader that sees an even ``seq`` before and after reading got a
-consistent snapshot, and a writer killed mid-copy leaves an odd ``seq`` behind.
+consistent snapshot, and a writer killed mid-copy leaves an odd ``seq`` behind. Every write and
+read of ``seq`` (:func:`write_seq`, :func:`read_seq`), and every header read, has a memory fence
+on either side that keeps the snapshot's bytes on their side of it on weakly ordered machines
+(:mod:`.memory_fence`).
 
 ``checksum`` is xxh3-64 of bytes ``[HEADER_SIZE, payload_offset + payload_len)``, valid when
 ``checksum_seq == seq``; it is computed off the training path (by the agent's persister), so a
@@ -32,6 +35,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import xxhash
+
+from trainguard.ipc import memory_fence
 
 __all__ = [
     "ALIGNMENT",
@@ -131,6 +136,7 @@ class SnapshotHeader:
         if len(buffer) < _HEADER.size:
             raise LayoutError(f"{len(buffer)} bytes is too short for a snapshot header")
         fields = _HEADER.unpack_from(buffer, 0)
+        memory_fence.fence()  # its seq is a sequence lock's first read: the bytes read after
         magic, version, header_size = fields[0], fields[1], fields[2]
         if magic != MAGIC:
             raise LayoutError(f"not a trainguard snapshot (magic {magic!r})")
@@ -196,12 +202,16 @@ def decode_table(data: bytes) -> list[TensorEntry]:
 
 
 def read_seq(buffer: Any) -> int:
+    memory_fence.fence()  # the bytes read before it: before the mark is read again
     value: int = _SEQ.unpack_from(buffer, _SEQ_OFFSET)[0]
+    memory_fence.fence()  # the bytes read after it: not before the mark
     return value
 
 
 def write_seq(buffer: Any, seq: int) -> None:
+    memory_fence.fence()  # the bytes written before an even mark: seen before it
     _SEQ.pack_into(buffer, _SEQ_OFFSET, seq)
+    memory_fence.fence()  # the bytes written after an odd mark: seen after it
 
 
 def write_checksum(buffer: Any, checksum: int, seq: int) -> None:
