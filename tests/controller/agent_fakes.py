@@ -61,6 +61,11 @@ class FakeAgent:
         self.placed.append((rendezvous, restore_step))
         return self._form(number)
 
+    def take_ranks(self, node_rank: int) -> None:
+        self.calls.append(("take_ranks", node_rank))
+        if self.refuse is not None:
+            raise process.RecoveryError(self.refuse)
+
     async def host_store(self) -> tuple[str, int]:
         self.calls.append(("host_store", None))
         return "10.0.0.2", 29517

@@ -1,11 +1,13 @@
 """A controller taking a job over, through a real controller and a host's link over gRPC: the
 job's hosts register again, saying how long they look for a controller; one that does not
 come back within that wait has stopped itself, so those that did are stopped and told why,
-not left training on without their peers."""
+not left training on without their peers, unless a spare takes its place (end to end:
+tests/e2e/test_controller_failover.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import types
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +61,46 @@ def test_a_takeover_whose_host_never_returns_stops_those_that_did(
     assert [name for name, _ in calls] == ["stop", "flush"], \
         "its workers stopped, then its memory written to disk"
     assert 1.0 <= waited < 10.0, "ended once the hosts' wait and the margin had passed"
+
+
+def test_a_spare_that_cannot_take_the_missing_node_is_passed_over_and_told_the_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service, "TAKEOVER_MARGIN", 0.5)
+
+    async def serve(port: int, agent: FakeAgent, *, node: int, spare: bool) -> pb.EndJob | None:
+        settings = joining.ClusterSettings(endpoint=f"127.0.0.1:{port}", nnodes=2,
+                                           security=CLIENT)
+        register = pb.Register(job="job", node_rank=node, nnodes=2, max_nodes=3,
+                               nproc_per_node=2, host=f"host-{node}",
+                               rejoin=pb.Rejoin(generation=1, wait=1.0, spare=spare))
+        connection, _ = await joining.rejoin(settings, register, within=10)
+        link_agent: Any = agent
+        try:
+            return await asyncio.wait_for(controller_link.ControllerLink(
+                link_agent, connection.channel, host=f"host-{node}").serve(), 30)
+        finally:
+            await connection.disconnect()
+
+    async def scenario() -> tuple[list[pb.EndJob | None], list[tuple[str, Any]]]:
+        controller = service.ControllerService(
+            service.ControllerSettings(run_root=tmp_path / "controller",
+                                       security=grpc_security.ServerSecurity(insecure=True)),
+            clock=FakeClock())
+        port = await controller.start("127.0.0.1:0")
+        host, spare = FakeAgent(), FakeAgent()
+        spare.settings = types.SimpleNamespace(node_rank=2, spare=True)
+        spare.refuse = "node 0's checkpoint directory is not writable here"
+        try:
+            ends = await asyncio.gather(serve(port, host, node=1, spare=False),
+                                        serve(port, spare, node=2, spare=True))
+        finally:
+            await controller.stop()
+        return list(ends), spare.calls
+
+    ends, calls = asyncio.run(scenario())
+    assert ("take_ranks", 0) in calls
+    for end in ends:
+        assert end is not None, "every host, the spare too, was told how the job ended"
+        assert (end.exit_code, end.outcome) == (1, "stopped")
+        assert "node rank(s) [0] did not register again" in end.reason
+        assert "no spare host took their place" in end.reason

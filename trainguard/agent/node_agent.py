@@ -545,8 +545,11 @@ class NodeAgent:
         return self._checkpoints.disk_steps()
 
     async def stop_workers(self, *, timeout: float = 10.0) -> None:
-        """End every worker now (SIGKILL to its process group) and wait for the exits."""
-        generation = self._current()
+        """End every worker now (SIGKILL to its process group) and wait for the exits; none
+        to end before this host's first generation (a spare that took a lost host's node)."""
+        generation = self._generation
+        if generation is None:
+            return
         for worker in generation.workers.values():
             self._signal(worker, signal.SIGKILL)
         await self._finish(generation, timeout)

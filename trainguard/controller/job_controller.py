@@ -212,11 +212,13 @@ class JobController:
         return None
 
     async def run(self, *, resume: job_record.JobRecord | None = None,
-                  adopted: api.GenerationHandle | None = None) -> JobResult:
+                  adopted: api.GenerationHandle | None = None,
+                  restart_reason: str | None = None) -> JobResult:
         """``resume``: the record of the job taken over from another controller; ``adopted``:
         the generation its hosts train on, which this controller goes on with (None: it
         starts the generation after the record's, restoring from memory, without spending a
-        restart: the decision that would have is the predecessor's)."""
+        restart: the decision that would have is the predecessor's); ``restart_reason``: why
+        it is not adopted, where the caller knows better than the record."""
         started = self._clock.monotonic()
         if self._stop.is_set():
             return await self._finish(events.JobOutcome.STOPPED, self._stop_reason,
@@ -241,8 +243,8 @@ class JobController:
             if resume is not None:
                 self._record(events.ControllerTookOver(
                     job=self._job, generation=generation.number, adopted=False,
-                    reason="a recovery was under way" if resume.recovering else
-                    "the hosts were not all in one generation"))
+                    reason=restart_reason or ("a recovery was under way" if resume.recovering
+                                              else "the hosts were not all in one generation")))
             self._started(generation)
         number = generation.number
         recovering: _Recovery | None = None

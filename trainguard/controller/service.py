@@ -57,6 +57,7 @@ from trainguard.controller import (
     public_fault_intake,
 )
 from trainguard.controller.fault_centre.api import JobPlacement
+from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.node import node_faults
@@ -161,6 +162,8 @@ class _ClusterJob:
         self.agents: cluster_agents.ClusterAgents | None = None  # once it runs
         self.controller: job_controller.JobController | None = None  # once it runs
         self.claimed: dict[int, str] = {}  # place -> the host connected there
+        self.replaced: list[int] = []
+        """Nodes whose host did not register again in a takeover: a spare holds them."""
         self.started = False
         self.ended = asyncio.Event()
 
@@ -558,10 +561,7 @@ class ControllerService:
             logger.info("host %s joined job %s %s (%d of %d hosts, %d spares)", register.host,
                         register.job, what, len(job.hosts), register.nnodes, len(job.spares))
             if job.complete and not job.started:
-                job.started = True
-                run = asyncio.create_task(self._run(job), name=f"job-{register.job}")
-                self._runs.add(run)
-                run.add_done_callback(self._runs.discard)
+                self._start(job)
             # The stream lives as long as the job, or until the host goes.
             gone = asyncio.create_task(proxy.wait_gone())
             ended = asyncio.create_task(job.ended.wait())
@@ -583,20 +583,33 @@ class ControllerService:
             job.release(place)
             await proxy.close()
 
+    def _start(self, job: _ClusterJob) -> None:
+        """Run ``job``, every node's host there: no host joins it but as a spare from now."""
+        job.started = True
+        run = asyncio.create_task(self._run(job), name=f"job-{job.first.job}")
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+
     async def _bound_takeover(self, job: _ClusterJob, wait: float) -> None:
         """A job being taken over whose hosts have not all registered again within ``wait``
-        seconds never will: the missing ones have stopped themselves after a dying checkpoint.
-        Those that came back stop too, what their memory holds written to disk, and are told
+        seconds never will: the missing ones are lost, or have stopped themselves after a
+        dying checkpoint. Spares that registered again take their nodes, and the job goes on
+        (a restart: the new hosts' ranks have nothing in memory). Without enough spares, the
+        hosts that came back stop too, what their memory holds written to disk, and are told
         why, rather than train on without their peers while nothing can recover them."""
         await asyncio.sleep(wait)
         if job.started:
             return
-        job.started = True  # no host joins it any more
         name = job.first.job
         missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
+        if len(job.spares) >= len(missing) and await self._spares_take(job, missing, wait):
+            self._start(job)
+            return
+        job.started = True  # no host joins it any more
+        missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
         reason = (f"job {name} could not be taken over: its host(s) at node rank(s) {missing} "
-                  f"did not register again within {wait:g} s; stopped (it resumes from its "
-                  "checkpoints when started again)")
+                  f"did not register again within {wait:g} s, and no spare host took their "
+                  "place; stopped (it resumes from its checkpoints when started again)")
         logger.error("%s", reason)
         end = pb.EndJob(exit_code=1, outcome=str(events.JobOutcome.STOPPED), reason=reason)
         try:
@@ -605,6 +618,34 @@ class ControllerService:
         finally:
             self._jobs.pop(name, None)
             job.ended.set()
+
+    async def _spares_take(self, job: _ClusterJob, missing: list[int], wait: float) -> bool:
+        """The spares of ``job`` take the ``missing`` nodes, one each; whether every one was
+        taken. A spare that cannot take a node's ranks is passed over, the next tried; it
+        stays a spare, to be told how the job ends."""
+        passed_over = []
+        try:
+            for node in missing:
+                while (spare := await job.spares.take(0.0)) is not None:
+                    try:
+                        await spare.take_ranks(node)
+                    except (agent_proxy.AgentCommandError, process.RecoveryError) as error:
+                        logger.warning("spare host %s cannot take node %d: %s", spare.host,
+                                       node, error)
+                        passed_over.append(spare)
+                        continue
+                    logger.warning("job %s: spare host %s takes the ranks of node %d, whose "
+                                   "host did not register again within %g s of the takeover",
+                                   job.first.job, spare.host, node, wait)
+                    job.hosts[node] = spare
+                    job.replaced.append(node)
+                    break
+                else:
+                    return False
+            return True
+        finally:
+            for spare in passed_over:
+                job.spares.add(spare)
 
     async def _take_over(self, job: _ClusterJob) -> tuple[job_record.JobRecord,
                                                           cluster_agents.ClusterGeneration | None]:
@@ -659,7 +700,9 @@ class ControllerService:
                                          name=f"job-{first.job}-persists"),
                      asyncio.create_task(journal.run(), name=f"job-{first.job}-journal")]
             try:
-                result = await controller.run(resume=resume, adopted=adopted)
+                result = await controller.run(resume=resume, adopted=adopted, restart_reason=(
+                    f"spare hosts took node(s) {job.replaced}, whose host(s) did not register "
+                    "again" if job.replaced else None))
             finally:
                 for task in tasks:
                     task.cancel()
