@@ -80,8 +80,10 @@ def controller(
         "and without --access-file anyone who reaches the port may register hosts, read the "
         "cluster and send public faults. Warned at every start.")] = False,
 ) -> None:
-    """Serve as the controller of jobs across hosts (trainguard run --nnodes N), and take
-    public faults (trainguard faults send, or documents in RUN_ROOT/public-faults)."""
+    """Serve as the controller of jobs across hosts, and take public faults.
+
+    Hosts join with trainguard run --nnodes N --rdzv-endpoint HOST:PORT; public faults come
+    from trainguard faults send, or as documents in RUN_ROOT/public-faults."""
     observer = console_output.ConsoleObserver()
     try:
         security = grpc_security.ServerSecurity.from_files(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated
 
 import typer
@@ -140,6 +141,22 @@ app.command("demo")(demo_command.demo)
 app.command("events")(events_command.show_events)
 app.command("status")(status_command.status)
 app.command("report")(report_command.report)
+
+
+def _reflow_help(commands: typer.Typer) -> None:
+    """Give every command its docstring as help, each paragraph on one line. Rich keeps the
+    line breaks of a docstring's paragraphs as they are (typer 0.29), so prose wrapped at the
+    source's width came out ragged at the terminal's; on one line, rich wraps it."""
+    for command in commands.registered_commands:
+        if command.help is None and command.callback is not None:
+            command.help = "\n\n".join(" ".join(paragraph.split()) for paragraph in
+                                        (inspect.getdoc(command.callback) or "").split("\n\n"))
+    for group in commands.registered_groups:
+        if group.typer_instance is not None:
+            _reflow_help(group.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main() -> None:
