@@ -101,6 +101,21 @@ def test_a_replaced_node_without_replicas_elsewhere_restores_what_every_node_has
     assert agents._restore_plan(fresh=[1]) == (0, {})
 
 
+def test_after_a_takeover_a_node_a_spare_took_gets_the_state_the_others_reported_in_memory(
+        ) -> None:
+    """A takeover in which host 1 never registered again: its node went to a spare, which runs
+    no generation, so none is adopted; the restart restores the newest step host 0 reported
+    holding, node 1's ranks from their replicas there, not the older step on every disk."""
+    hosts: Any = {0: FakeHost(disk=[8]), 1: FakeHost(disk=[8])}
+    hosts[0].adopt = lambda: types.SimpleNamespace(
+        number=3, workers={0: _worker(0, (12, 11)), 1: _worker(1, (12, 11))})
+    hosts[1].adopt = lambda: None
+    agents = cluster_agents.ClusterAgents(hosts, nproc_per_node=2, taken=[1])
+    assert asyncio.run(agents.adopt()) == (None, 3)
+    assert agents._restore_plan(fresh=[1]) == (12, {2: 0, 3: 1})
+    assert agents._restore_plan(fresh=()) == (8, {}), "node 1's own ranks hold nothing"
+
+
 def test_each_worker_is_known_by_its_host() -> None:
     async def scenario() -> list[tuple[int, str, int]]:
         first, second = FakeHost(), FakeHost()

@@ -67,14 +67,15 @@ def test_a_host_lost_with_the_leader_is_replaced_by_a_spare_once_the_standby_lea
         cluster: Cluster, tmp_path: Path, reference: str) -> None:
     """The leader and host 1 killed together: host 0 and the spare register again with the
     standby, host 1 never does; after the hosts' wait the spare takes node 1's ranks and the
-    job restarts from the newest step on every node's disk (before, the job stopped)."""
+    job restarts (before, it stopped) from the newest step host 0 holds in memory, node 1's
+    ranks from their replicas there."""
     leader, standby = _pair(cluster, tmp_path, f"sqlite://{tmp_path}/ha.db")
     endpoints = f"{leader.endpoint},{standby.endpoint}"
     common = ["--nproc-per-node", "2", "--max-restarts", "2", "--persist-interval", "0.5",
               "--rdzv-conf", "controller_wait=8"]
     hosts = [cluster.host(node, *common, *SCRIPT, "--output", str(tmp_path / "sha"),
                           endpoint=endpoints, nnodes="2:3") for node in (0, 1, 2)]
-    hosts[0].wait_for("a step on both nodes' disks", lambda: set.intersection(*(
+    on_disk = hosts[0].wait_for("a step on both nodes' disks", lambda: set.intersection(*(
         {path.name for path in host.checkpoint_dir.glob("step-*") if "." not in path.name}
         for host in hosts[:2])), timeout=120)
     leader.kill()
@@ -85,6 +86,9 @@ def test_a_host_lost_with_the_leader_is_replaced_by_a_spare_once_the_standby_lea
     took_over, = standby.events("job", "controller-took-over")
     assert not took_over["adopted"], took_over
     assert "spare hosts took node(s) [1], whose host(s) did not register" in took_over["reason"]
+    restart, = standby.events("job", "generation-started")
+    assert restart["restore_source"] == "memory and peers", restart
+    assert restart["restore_step"] >= max(int(name.split("-")[1]) for name in on_disk)
     finished, = standby.events("job", "job-finished")
     assert finished["outcome"] == "succeeded", finished
     assert "this spare host takes node 1's ranks" in hosts[2].output()

@@ -178,14 +178,19 @@ class SparePool:
 class ClusterAgents:
     def __init__(self, hosts: Mapping[int, agent_proxy.AgentProxy], *,
                  nproc_per_node: int, spares: SparePool | None = None,
-                 host_wait: float = 0.0) -> None:
+                 host_wait: float = 0.0, taken: Collection[int] = ()) -> None:
         """``host_wait``: seconds a recovery waits for a spare host to join when a host is
-        lost and none is ready."""
+        lost and none is ready; ``taken``: nodes a spare took before the job ran here (in a
+        takeover), whose ranks its memory holds nothing of."""
         self._hosts = dict(sorted(hosts.items()))
         self._nproc = nproc_per_node
         self._spares = spares if spares is not None else SparePool()
         self._host_wait = host_wait
+        self._taken = list(taken)
         self._current: ClusterGeneration | None = None
+        self._reported_held: dict[int, set[int]] = {}
+        """Each rank's steps in its host's memory as the hosts reported them in a takeover
+        that found them in different generations: the restore plan's, until one runs here."""
 
     @property
     def spares_left(self) -> int:
@@ -272,24 +277,24 @@ class ClusterAgents:
         host come back, it is there); else 0 (afresh). Replicas found to differ send nothing:
         each rank is then its own only replica."""
         layout = self.trusted_layout or replicas.ReplicaLayout(self.layout.world_size, 1)
-        if self._current is not None:
-            workers = self._current.workers
-            held = {rank: set(w.held_steps) for rank, w in workers.items()
-                    if self._node_of(rank) not in fresh}
-            for step in sorted(set().union(*held.values()), reverse=True):
-                peers: dict[int, int] = {}
-                for rank in range(layout.world_size):
-                    node = self._node_of(rank)
-                    having = [r for r in layout.group(rank) if step in held.get(r, ())]
-                    if node not in fresh:
-                        if not any(self._node_of(r) == node for r in having):
-                            break
-                        continue
-                    if not having:
+        reported = ({rank: set(w.held_steps) for rank, w in self._current.workers.items()}
+                    if self._current is not None else self._reported_held)
+        held = {rank: steps for rank, steps in reported.items()
+                if self._node_of(rank) not in fresh}
+        for step in sorted(set().union(*held.values()), reverse=True):
+            peers: dict[int, int] = {}
+            for rank in range(layout.world_size):
+                node = self._node_of(rank)
+                having = [r for r in layout.group(rank) if step in held.get(r, ())]
+                if node not in fresh:
+                    if not any(self._node_of(r) == node for r in having):
                         break
-                    peers[rank] = having[0]
-                else:
-                    return step, peers
+                    continue
+                if not having:
+                    break
+                peers[rank] = having[0]
+            else:
+                return step, peers
         on_disk = set.intersection(*(set(proxy.disk_steps) for proxy in self._hosts.values()))
         return max(on_disk, default=0), {}
 
@@ -374,6 +379,8 @@ class ClusterAgents:
         numbers = {view.number for view in views.values() if view is not None}
         newest = max(numbers, default=-1)
         if len(numbers) != 1 or any(view is None for view in views.values()):
+            self._reported_held = {rank: set(worker.held_steps) for view in views.values()
+                                   if view is not None for rank, worker in view.workers.items()}
             return None, newest
         known = {node: view for node, view in views.items() if view is not None}
         first = next(iter(self._hosts.values()))
@@ -381,7 +388,8 @@ class ClusterAgents:
 
     async def start_generation(self, number: int, *, restart_count: int,
                                move: Collection[int] = ()) -> ClusterGeneration:
-        fresh = await self._replace_lost() + await self._avoid_failed_host()
+        fresh = [*self._taken, *await self._replace_lost(), *await self._avoid_failed_host()]
+        self._taken = []
         store = await self._store()
         step, peers = self._restore_plan(fresh)
         views = await self._each(lambda node, proxy: proxy.start_generation(

@@ -680,7 +680,7 @@ class ControllerService:
             events_recorder.subscribe(self._on_event)
         agents = job.agents = cluster_agents.ClusterAgents(
             job.hosts, nproc_per_node=first.nproc_per_node, spares=job.spares,
-            host_wait=self.settings.host_wait)
+            host_wait=self.settings.host_wait, taken=job.replaced)
         if self._intake is not None:
             intake = self._intake
             events_recorder.subscribe(
