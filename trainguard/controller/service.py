@@ -584,7 +584,7 @@ class ControllerService:
             await proxy.close()
 
     def _start(self, job: _ClusterJob) -> None:
-        """Run ``job``, every node's host there: no host joins it but as a spare from now."""
+        """Run ``job``, a host at every node: no host joins it but as a spare from now."""
         job.started = True
         run = asyncio.create_task(self._run(job), name=f"job-{job.first.job}")
         self._runs.add(run)
@@ -600,12 +600,12 @@ class ControllerService:
         await asyncio.sleep(wait)
         if job.started:
             return
+        job.started = True  # no host joins it any more but as a spare
         name = job.first.job
         missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
         if len(job.spares) >= len(missing) and await self._spares_take(job, missing, wait):
             self._start(job)
             return
-        job.started = True  # no host joins it any more
         missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
         reason = (f"job {name} could not be taken over: its host(s) at node rank(s) {missing} "
                   f"did not register again within {wait:g} s, and no spare host took their "
