@@ -180,8 +180,7 @@ class ClusterAgents:
                  nproc_per_node: int, spares: SparePool | None = None,
                  host_wait: float = 0.0, taken: Collection[int] = ()) -> None:
         """``host_wait``: seconds a recovery waits for a spare host to join when a host is
-        lost and none is ready; ``taken``: nodes a spare took before the job ran here (in a
-        takeover), whose ranks its memory holds nothing of."""
+        lost and none is ready; ``taken``: nodes a spare took in a takeover (fresh ones)."""
         self._hosts = dict(sorted(hosts.items()))
         self._nproc = nproc_per_node
         self._spares = spares if spares is not None else SparePool()
@@ -189,8 +188,7 @@ class ClusterAgents:
         self._taken = list(taken)
         self._current: ClusterGeneration | None = None
         self._reported_held: dict[int, set[int]] = {}
-        """Each rank's steps in its host's memory as the hosts reported them in a takeover
-        that found them in different generations: the restore plan's, until one runs here."""
+        """Rank -> the steps its host holds, as reported in a takeover that adopted nothing."""
 
     @property
     def spares_left(self) -> int:

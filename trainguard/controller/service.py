@@ -594,9 +594,10 @@ class ControllerService:
         """A job being taken over whose hosts have not all registered again within ``wait``
         seconds never will: the missing ones are lost, or have stopped themselves after a
         dying checkpoint. Spares that registered again take their nodes, and the job goes on
-        (a restart: the new hosts' ranks have nothing of their own in memory). Without enough spares, the
-        hosts that came back stop too, what their memory holds written to disk, and are told
-        why, rather than train on without their peers while nothing can recover them."""
+        (a restart: the new hosts' ranks have nothing of their own in memory). Without enough
+        spares, the hosts that came back stop too, what their memory holds written to disk,
+        and are told why, rather than train on without their peers while nothing can recover
+        them."""
         await asyncio.sleep(wait)
         if job.started:
             return
