@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.controller import agent_proxy, cluster_agents, service
+from trainguard.controller import agent_proxy, cluster_agents, service, spare_pool
 from trainguard.faults import process
 from trainguard.ipc import messages
 from trainguard.job import replicas
@@ -249,7 +249,7 @@ def test_every_rank_stepping_is_when_the_last_host_says_so() -> None:
 
 def test_a_spare_is_taken_once_and_a_gone_one_never() -> None:
     async def scenario() -> list[Any]:
-        pool = cluster_agents.SparePool()
+        pool = spare_pool.SparePool()
         first: Any = FakeHost()
         second: Any = FakeHost()
         pool.add(first)
@@ -261,9 +261,32 @@ def test_a_spare_is_taken_once_and_a_gone_one_never() -> None:
     assert asyncio.run(scenario()) == [True, None]
 
 
+def test_a_spare_that_refuses_a_node_is_passed_over_and_stays_a_spare() -> None:
+    async def scenario() -> tuple[bool, list[int], bool, Any]:
+        pool = spare_pool.SparePool()
+        refusing: Any = FakeHost()
+        willing: Any = FakeHost()
+        taken: list[int] = []
+
+        async def refuse(node: int) -> None:
+            raise process.RecoveryError(f"node {node}'s checkpoints are not writable here")
+
+        async def accept(node: int) -> None:
+            taken.append(node)
+
+        refusing.take_ranks, willing.take_ranks = refuse, accept
+        pool.add(refusing)
+        pool.add(willing)
+        placed = await pool.place(1, wait=0.1)
+        return (placed is willing, taken, pool.waiting() == [refusing],
+                await pool.place(0, wait=0.1))
+
+    assert asyncio.run(scenario()) == (True, [1], True, None)
+
+
 def test_a_spare_joining_during_the_wait_is_taken() -> None:
     async def scenario() -> bool:
-        pool = cluster_agents.SparePool()
+        pool = spare_pool.SparePool()
         late: Any = FakeHost()
         asyncio.get_running_loop().call_later(0.2, pool.add, late)
         return await pool.take(5.0) is late

@@ -19,15 +19,14 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from trainguard.controller import agent_proxy
+from trainguard.controller import agent_proxy, spare_pool
 from trainguard.faults import process
 from trainguard.ipc import messages
 from trainguard.job import events, replicas
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import versioned
 
-__all__ = ["CONSEQUENCE_GRACE", "PERSIST_RETRY", "ClusterAgents", "ClusterGeneration",
-           "SparePool"]
+__all__ = ["CONSEQUENCE_GRACE", "PERSIST_RETRY", "ClusterAgents", "ClusterGeneration"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,51 +138,15 @@ class ClusterGeneration:
             task.cancel()
 
 
-class SparePool:
-    """A job's spare hosts: agents ready (standby process started, torch imported) that hold
-    no ranks until one takes a lost host's."""
-
-    def __init__(self) -> None:
-        self._hosts: list[agent_proxy.AgentProxy] = []
-        self._arrived = asyncio.Event()
-
-    def add(self, proxy: agent_proxy.AgentProxy) -> None:
-        self._hosts.append(proxy)
-        self._arrived.set()
-
-    def __len__(self) -> int:
-        return len(self.waiting())
-
-    def waiting(self) -> list[agent_proxy.AgentProxy]:
-        """The spares still connected."""
-        return [proxy for proxy in self._hosts if proxy.gone is None]
-
-    async def take(self, timeout: float) -> agent_proxy.AgentProxy | None:
-        """The longest-waiting spare still connected; None if none came within ``timeout``
-        seconds."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            self._hosts = [proxy for proxy in self._hosts if proxy.gone is None]
-            if self._hosts:
-                return self._hosts.pop(0)
-            self._arrived.clear()
-            left = deadline - loop.time()
-            if left <= 0:
-                return None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), left)
-
-
 class ClusterAgents:
     def __init__(self, hosts: Mapping[int, agent_proxy.AgentProxy], *,
-                 nproc_per_node: int, spares: SparePool | None = None,
+                 nproc_per_node: int, spares: spare_pool.SparePool | None = None,
                  host_wait: float = 0.0, taken: Collection[int] = ()) -> None:
         """``host_wait``: seconds a recovery waits for a spare host to join when a host is
         lost and none is ready; ``taken``: nodes a spare took in a takeover (fresh ones)."""
         self._hosts = dict(sorted(hosts.items()))
         self._nproc = nproc_per_node
-        self._spares = spares if spares is not None else SparePool()
+        self._spares = spares if spares is not None else spare_pool.SparePool()
         self._host_wait = host_wait
         self._taken = list(taken)
         self._current: ClusterGeneration | None = None
@@ -237,16 +200,12 @@ class ClusterAgents:
                              ) -> agent_proxy.AgentProxy | None:
         """The first spare ready within ``wait`` seconds takes node ``node``'s ranks; returns
         the host it replaced (None: no spare came)."""
-        while (spare := await self._spares.take(wait)) is not None:
-            try:
-                await spare.take_ranks(node)
-            except agent_proxy.AgentCommandError as error:
-                logger.warning("spare host %s is gone: %s", spare.host, error)
-                continue
-            logger.warning("spare host %s takes the ranks of node %d: %s", spare.host, node, why)
-            replaced, self._hosts[node] = self._hosts[node], spare
-            return replaced
-        return None
+        spare = await self._spares.place(node, wait=wait)
+        if spare is None:
+            return None
+        logger.warning("spare host %s takes the ranks of node %d: %s", spare.host, node, why)
+        replaced, self._hosts[node] = self._hosts[node], spare
+        return replaced
 
     async def _replace_lost(self) -> list[int]:
         """Give each lost host's ranks to a spare host; returns the nodes replaced.

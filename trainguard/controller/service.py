@@ -55,9 +55,9 @@ from trainguard.controller import (
     leadership,
     policy,
     public_fault_intake,
+    spare_pool,
 )
 from trainguard.controller.fault_centre.api import JobPlacement
-from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.node import node_faults
@@ -158,7 +158,7 @@ class _ClusterJob:
         self.adopting = first.HasField("rejoin")
         """Its hosts ran it under a controller that went away, and join this one again."""
         self.hosts: dict[int, agent_proxy.AgentProxy] = {}
-        self.spares = cluster_agents.SparePool()
+        self.spares = spare_pool.SparePool()
         self.agents: cluster_agents.ClusterAgents | None = None  # once it runs
         self.controller: job_controller.JobController | None = None  # once it runs
         self.claimed: dict[int, str] = {}  # place -> the host connected there
@@ -622,31 +622,17 @@ class ControllerService:
 
     async def _spares_take(self, job: _ClusterJob, missing: list[int], wait: float) -> bool:
         """The spares of ``job`` take the ``missing`` nodes, one each; whether every one was
-        taken. A spare that cannot take a node's ranks is passed over, the next tried; it
-        stays a spare, to be told how the job ends."""
-        passed_over = []
-        try:
-            for node in missing:
-                while (spare := await job.spares.take(0.0)) is not None:
-                    try:
-                        await spare.take_ranks(node)
-                    except (agent_proxy.AgentCommandError, process.RecoveryError) as error:
-                        logger.warning("spare host %s cannot take node %d: %s", spare.host,
-                                       node, error)
-                        passed_over.append(spare)
-                        continue
-                    logger.warning("job %s: spare host %s takes the ranks of node %d, whose "
-                                   "host did not register again within %g s of the takeover",
-                                   job.first.job, spare.host, node, wait)
-                    job.hosts[node] = spare
-                    job.replaced.append(node)
-                    break
-                else:
-                    return False
-            return True
-        finally:
-            for spare in passed_over:
-                job.spares.add(spare)
+        taken."""
+        for node in missing:
+            spare = await job.spares.place(node, wait=0.0)
+            if spare is None:
+                return False
+            logger.warning("job %s: spare host %s takes the ranks of node %d, whose host did "
+                           "not register again within %g s of the takeover", job.first.job,
+                           spare.host, node, wait)
+            job.hosts[node] = spare
+            job.replaced.append(node)
+        return True
 
     async def _take_over(self, job: _ClusterJob) -> tuple[job_record.JobRecord,
                                                           cluster_agents.ClusterGeneration | None]:
