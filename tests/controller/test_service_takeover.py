@@ -104,3 +104,20 @@ def test_a_spare_that_cannot_take_the_missing_node_is_passed_over_and_told_the_e
         assert (end.exit_code, end.outcome) == (1, "stopped")
         assert "node rank(s) [0] did not register again" in end.reason
         assert "no spare host took their place" in end.reason
+
+
+def test_a_takeover_gives_up_on_missing_hosts_once_those_back_train_no_more() -> None:
+    """A host whose ranks live trains with the ranks of the hosts that came back; once none of
+    those trains, the missing host's ranks are gone and a spare may take its node at once."""
+    job = service._ClusterJob(pb.Register(job="job", nnodes=2, max_nodes=3, nproc_per_node=2,
+                                          host="host-0", rejoin=pb.Rejoin(wait=60)))
+    host: Any = types.SimpleNamespace(training=True, gone=None)
+    job.hosts[0] = host
+    assert not service.ControllerService._lost_in_takeover(job), "node 1's ranks may live"
+    host.training = False
+    assert not service.ControllerService._lost_in_takeover(job), "no spare to take node 1"
+    spare: Any = types.SimpleNamespace(gone=None)
+    job.spares.add(spare)
+    assert service.ControllerService._lost_in_takeover(job)
+    host.training = True
+    assert not service.ControllerService._lost_in_takeover(job)

@@ -200,6 +200,11 @@ class AgentProxy:
         return self._state().spare
 
     @property
+    def training(self) -> bool:
+        """Whether the generation the agent last reported runs on (it has no outcome yet)."""
+        return self._reported is not None and not self._reported.HasField("outcome")
+
+    @property
     def node_rank(self) -> int:
         return self._state().node_rank
 

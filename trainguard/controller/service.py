@@ -91,7 +91,10 @@ KV_NAME = "controller.db"
 FLUSH_TIMEOUT = 5.0  # seconds a job's last record may take to reach the store
 TAKEOVER_MARGIN = 5.0
 """Seconds past the hosts' own wait (their controller_wait) that a controller taking a job
-over waits for the last of its hosts to register again."""
+over waits for the last of its hosts to register again; and the least it waits when the hosts
+that came back train no more (the missing ones' ranks are gone) and spares could take over: a
+host whose agent lives registers again within a second of the others."""
+TAKEOVER_POLL = 0.25  # seconds between looks at the hosts of a job being taken over
 
 
 class JoinError(RuntimeError):
@@ -593,24 +596,32 @@ class ControllerService:
     async def _bound_takeover(self, job: _ClusterJob, wait: float) -> None:
         """A job being taken over whose hosts have not all registered again within ``wait``
         seconds never will: the missing ones are lost, or have stopped themselves after a
-        dying checkpoint. Spares that registered again take their nodes, and the job goes on
-        (a restart: the new hosts' ranks have nothing of their own in memory). Without enough
-        spares, the hosts that came back stop too, what their memory holds written to disk,
-        and are told why, rather than train on without their peers while nothing can recover
-        them."""
-        await asyncio.sleep(wait)
+        dying checkpoint. Nor will they once none of those that came back trains on, past
+        :data:`TAKEOVER_MARGIN`, where spares can take their place (a lost host's ranks are
+        not awaited for minutes). Spares that registered again take their nodes, and the job
+        goes on (a restart: the new hosts' ranks have nothing of their own in memory).
+        Without enough spares, the hosts that came back stop too, what their memory holds
+        written to disk, and are told why, rather than train on without their peers while
+        nothing can recover them."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while not job.started and (waited := loop.time() - start) < wait:
+            if waited >= TAKEOVER_MARGIN and self._lost_in_takeover(job):
+                break
+            await asyncio.sleep(TAKEOVER_POLL)
         if job.started:
             return
         job.started = True  # no host joins it any more but as a spare
         name = job.first.job
+        waited = loop.time() - start
         missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
-        if len(job.spares) >= len(missing) and await self._spares_take(job, missing, wait):
+        if len(job.spares) >= len(missing) and await self._spares_take(job, missing, waited):
             self._start(job)
             return
         missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
         reason = (f"job {name} could not be taken over: its host(s) at node rank(s) {missing} "
-                  f"did not register again within {wait:g} s, and no spare host took their "
-                  "place; stopped (it resumes from its checkpoints when started again)")
+                  f"did not register again within {waited:.3g} s, and no spare host took "
+                  "their place; stopped (it resumes from its checkpoints when started again)")
         logger.error("%s", reason)
         end = pb.EndJob(exit_code=1, outcome=str(events.JobOutcome.STOPPED), reason=reason)
         try:
@@ -620,6 +631,15 @@ class ControllerService:
             self._jobs.pop(name, None)
             job.ended.set()
 
+    @staticmethod
+    def _lost_in_takeover(job: _ClusterJob) -> bool:
+        """Whether the hosts a job being taken over misses are lost, and spares can take their
+        nodes: no host that came back trains on (their ranks' peers on the missing hosts are
+        gone: a host whose ranks lived would train with theirs)."""
+        missing = job.first.nnodes - len(job.hosts)
+        return (len(job.spares) >= missing
+                and not any(proxy.training for proxy in job.hosts.values()))
+
     async def _spares_take(self, job: _ClusterJob, missing: list[int], wait: float) -> bool:
         """The spares of ``job`` take the ``missing`` nodes, one each; whether every one was
         taken."""
@@ -628,7 +648,7 @@ class ControllerService:
             if spare is None:
                 return False
             logger.warning("job %s: spare host %s takes the ranks of node %d, whose host did "
-                           "not register again within %g s of the takeover", job.first.job,
+                           "not register again within %.3g s of the takeover", job.first.job,
                            spare.host, node, wait)
             job.hosts[node] = spare
             job.replaced.append(node)
