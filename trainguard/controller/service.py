@@ -613,7 +613,7 @@ class ControllerService:
             return
         job.started = True  # no host joins it any more but as a spare
         name = job.first.job
-        waited = loop.time() - start
+        waited = min(loop.time() - start, wait)  # the poll's overshoot is no part of it
         missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
         if len(job.spares) >= len(missing) and await self._spares_take(job, missing, waited):
             self._start(job)
