@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Exactly the torch the measurements in the README were made with (the extra allows 2.13.x).
 TORCH := torch==2.13.0
 
-.PHONY: run test lint etcd proto clean
+.PHONY: run test lint test-packages proto clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,15 +29,17 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 
 # The tests start a real etcd on loopback (tests/store): Debian's etcd-server, installed here
-# when missing and this runs as root (CI); elsewhere its tests are skipped, saying so.
-etcd:
-	@command -v etcd >/dev/null || [ "$$(id -u)" != 0 ] || { \
+# when missing and this runs as root (CI); elsewhere its tests are skipped, saying so. GCC's
+# libatomic (libatomic1) likewise: the memory fence of weakly ordered CPUs is tested through it.
+test-packages:
+	@{ command -v etcd && ldconfig -p | grep -q 'libatomic\.so\.1'; } >/dev/null || \
+	    [ "$$(id -u)" != 0 ] || { \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	        --no-install-recommends etcd-server >/dev/null; }
+	        --no-install-recommends etcd-server libatomic1 >/dev/null; }
 
 # Two processes run the tests, each test file whole on one; the tests marked serial (their
 # deadlines, waits and measurements assume the machine is theirs) run one at a time after.
-test: lint etcd
+test: lint test-packages
 	$(BIN)/pytest -n 2 --dist loadfile -m "not serial"
 	$(BIN)/pytest -m serial
 

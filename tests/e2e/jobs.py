@@ -16,23 +16,10 @@ import pytest
 
 from trainguard import testing
 
-__all__ = ["SCRIPTS", "Job", "LoggedProcess", "Start", "unavailable"]
+__all__ = ["SCRIPTS", "Job", "LoggedProcess", "Start"]
 
 SCRIPTS = Path(__file__).parent / "scripts"
 DEFAULT_TIMEOUT = 180.0
-
-
-def unavailable(reason: str) -> None:
-    """A prerequisite of the test (root, a system tool) is missing: skip it on a developer's
-    machine, but fail under CI (``CI`` set), which runs as root with every tool installed, so
-    that a test that stopped running cannot pass unseen.
-
-    Raises:
-        pytest.skip.Exception, or pytest.fail.Exception under CI.
-    """
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run this test, but it {reason}")
-    pytest.skip(reason)
 
 
 class LoggedProcess:

@@ -20,7 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.jobs import SCRIPTS, Job, unavailable
+from tests.conftest import unavailable
+from tests.e2e.jobs import SCRIPTS, Job
 from trainguard.ipc import messages
 from trainguard.proto import versioned, worker_codec
 

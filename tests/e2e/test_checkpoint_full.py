@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.jobs import SCRIPTS, Start, unavailable
+from tests.conftest import unavailable
+from tests.e2e.jobs import SCRIPTS, Start
 from trainguard import launcher
 
 pytestmark = pytest.mark.e2e

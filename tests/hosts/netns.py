@@ -54,7 +54,7 @@ from typing import IO, Any, Self
 
 import psutil
 
-from tests.e2e import jobs
+from tests import conftest
 
 __all__ = ["Host", "HostNetwork", "NetnsError", "netns_unavailable", "require_netns"]
 
@@ -381,7 +381,7 @@ def netns_unavailable() -> str | None:
 
 def require_netns(*, hostnames: bool = False) -> None:
     """Skip the calling test unless ``netns_unavailable`` says the machine can run it, through
-    ``tests.e2e.jobs.unavailable``: under CI (``CI`` set, root) it fails instead, so that a
+    ``tests.conftest.unavailable``: under CI (``CI`` set, root) it fails instead, so that a
     test that stopped running cannot pass unseen. With ``hostnames``, also require ``unshare``
     and ``hostname``."""
     reason = netns_unavailable()
@@ -390,4 +390,4 @@ def require_netns(*, hostnames: bool = False) -> None:
         if missing:
             reason = f"no {', '.join(missing)} on PATH for hostnames"
     if reason is not None:
-        jobs.unavailable(f"cannot make network namespaces: {reason}")
+        conftest.unavailable(f"cannot make network namespaces: {reason}")

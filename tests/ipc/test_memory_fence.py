@@ -7,6 +7,7 @@ import ctypes.util
 
 import pytest
 
+from tests.conftest import unavailable
 from trainguard.ipc import memory_fence
 from trainguard.ipc import snapshot_layout as layout
 
@@ -20,7 +21,7 @@ def test_x86_needs_no_fence() -> None:
 
 def test_libatomic_fences_here() -> None:
     if ctypes.util.find_library("atomic") is None:
-        pytest.skip("GCC's libatomic is not installed here")
+        unavailable("finds no GCC libatomic (make test installs libatomic1 as root)")
     fence = memory_fence._libatomic()
     assert fence is not None
     for _ in range(1000):
