@@ -221,8 +221,13 @@ class _ClusterJob:
             self.hosts.pop(place, None)
 
     @property
+    def missing(self) -> list[int]:
+        """The nodes no host holds."""
+        return sorted(set(range(self.first.nnodes)) - set(self.hosts))
+
+    @property
     def complete(self) -> bool:
-        return len(self.hosts) == self.first.nnodes
+        return not self.missing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -614,14 +619,13 @@ class ControllerService:
         job.started = True  # no host joins it any more but as a spare
         name = job.first.job
         waited = min(loop.time() - start, wait)  # the poll's overshoot is no part of it
-        missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
-        if len(job.spares) >= len(missing) and await self._spares_take(job, missing, waited):
+        if len(job.spares) >= len(job.missing) and await self._spares_take(job, waited):
             self._start(job)
             return
-        missing = sorted(set(range(job.first.nnodes)) - set(job.hosts))
-        reason = (f"job {name} could not be taken over: its host(s) at node rank(s) {missing} "
-                  f"did not register again within {waited:.3g} s, and no spare host took "
-                  "their place; stopped (it resumes from its checkpoints when started again)")
+        reason = (f"job {name} could not be taken over: its host(s) at node rank(s) "
+                  f"{job.missing} did not register again within {waited:.3g} s, and no spare "
+                  "host took their place; stopped (it resumes from its checkpoints when started "
+                  "again)")
         logger.error("%s", reason)
         end = pb.EndJob(exit_code=1, outcome=str(events.JobOutcome.STOPPED), reason=reason)
         try:
@@ -636,14 +640,13 @@ class ControllerService:
         """Whether the hosts a job being taken over misses are lost, and spares can take their
         nodes: no host that came back trains on (their ranks' peers on the missing hosts are
         gone: a host whose ranks lived would train with theirs)."""
-        missing = job.first.nnodes - len(job.hosts)
-        return (len(job.spares) >= missing
+        return (len(job.spares) >= len(job.missing)
                 and not any(proxy.training for proxy in job.hosts.values()))
 
-    async def _spares_take(self, job: _ClusterJob, missing: list[int], wait: float) -> bool:
-        """The spares of ``job`` take the ``missing`` nodes, one each; whether every one was
+    async def _spares_take(self, job: _ClusterJob, wait: float) -> bool:
+        """The spares of ``job`` take its missing nodes, one each; whether every one was
         taken."""
-        for node in missing:
+        for node in job.missing:
             spare = await job.spares.place(node, wait=0.0)
             if spare is None:
                 return False
