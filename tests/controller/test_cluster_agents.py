@@ -331,6 +331,28 @@ def test_once_the_job_runs_every_newcomer_is_a_spare() -> None:
     assert job.admit(_register("c", 1)) == (1, True)
 
 
+def test_a_host_new_to_a_job_being_taken_over_joins_as_a_spare_past_its_nodes() -> None:
+    """The nodes stay free for the hosts that held them, which register again; a host
+    started to replace one that does not joins as a spare."""
+    def rejoin(host: str, node: int) -> pb.Register:
+        register = _register(host, node)
+        register.rejoin.CopyFrom(pb.Rejoin(generation=1, wait=60))
+        return register
+
+    job = service._ClusterJob(rejoin("a", 1))
+    assert job.admit(rejoin("a", 1)) == (1, False)
+    assert job.admit(_register("c")) == (2, True)
+    with pytest.raises(service.JoinError, match="spares are all there while it is taken over"):
+        job.admit(_register("d"))
+    with pytest.raises(service.JoinError, match=r"host e claims node rank 0 of job j, which is "
+                                                r"being taken over.*--node-rank 2 or more"):
+        job.admit(_register("e", 0))
+    assert job.admit(rejoin("b", 0)) == (0, False)
+    with pytest.raises(service.JoinError, match="host f rejoins job j, which was formed by "
+                                                "this controller"):
+        service._ClusterJob(_register("a")).admit(rejoin("f", 0))
+
+
 @pytest.mark.parametrize(("change", "said"), [
     ({"nproc_per_node": 4}, "it has nproc_per_node 4, the job has 2"),
     ({"program": "other.py"}, "it has program 'other.py', the job has 'train.py'"),

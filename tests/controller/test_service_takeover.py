@@ -16,11 +16,19 @@ import pytest
 from tests.controller.agent_fakes import FakeAgent
 from tests.controller.test_controller_job_controller import FakeClock
 from trainguard.agent import controller_link, joining
-from trainguard.controller import service
+from trainguard.controller import policy, service
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_security
 
 CLIENT = grpc_security.ClientSecurity(insecure=True)
+RECOVERY = service.recovery_to_pb(policy.RecoverySettings())
+
+
+def _controller(tmp_path: Path, *, host_wait: float) -> service.ControllerService:
+    return service.ControllerService(
+        service.ControllerSettings(run_root=tmp_path / "controller", host_wait=host_wait,
+                                   security=grpc_security.ServerSecurity(insecure=True)),
+        clock=FakeClock())
 
 
 def test_a_takeover_whose_host_never_returns_stops_those_that_did(
@@ -28,10 +36,7 @@ def test_a_takeover_whose_host_never_returns_stops_those_that_did(
     monkeypatch.setattr(service, "TAKEOVER_MARGIN", 0.5)
 
     async def scenario() -> tuple[pb.EndJob | None, list[tuple[str, Any]], float]:
-        controller = service.ControllerService(
-            service.ControllerSettings(run_root=tmp_path / "controller",
-                                       security=grpc_security.ServerSecurity(insecure=True)),
-            clock=FakeClock())
+        controller = _controller(tmp_path, host_wait=0.5)
         port = await controller.start("127.0.0.1:0")
         agent = FakeAgent()
         try:
@@ -58,9 +63,11 @@ def test_a_takeover_whose_host_never_returns_stops_those_that_did(
     assert end is not None, "the host was told how its job ended"
     assert (end.exit_code, end.outcome) == (1, "stopped")
     assert "node rank(s) [0] did not register again within 1.5 s" in end.reason
+    assert "no spare host took their place within 0.5 s more" in end.reason
     assert [name for name, _ in calls] == ["stop", "flush"], \
         "its workers stopped, then its memory written to disk"
-    assert 1.0 <= waited < 10.0, "ended once the hosts' wait and the margin had passed"
+    assert 1.5 <= waited < 10.0, "ended once the hosts' wait, the margin and the host wait " \
+        "had passed"
 
 
 def test_a_spare_that_cannot_take_the_missing_node_is_passed_over_and_told_the_end(
@@ -82,10 +89,7 @@ def test_a_spare_that_cannot_take_the_missing_node_is_passed_over_and_told_the_e
             await connection.disconnect()
 
     async def scenario() -> tuple[list[pb.EndJob | None], list[tuple[str, Any]]]:
-        controller = service.ControllerService(
-            service.ControllerSettings(run_root=tmp_path / "controller",
-                                       security=grpc_security.ServerSecurity(insecure=True)),
-            clock=FakeClock())
+        controller = _controller(tmp_path, host_wait=0.5)
         port = await controller.start("127.0.0.1:0")
         host, spare = FakeAgent(), FakeAgent()
         spare.settings = types.SimpleNamespace(node_rank=2, spare=True)
@@ -104,6 +108,56 @@ def test_a_spare_that_cannot_take_the_missing_node_is_passed_over_and_told_the_e
         assert (end.exit_code, end.outcome) == (1, "stopped")
         assert "node rank(s) [0] did not register again" in end.reason
         assert "no spare host took their place" in end.reason
+
+
+def test_a_host_started_after_the_takeover_wait_takes_the_missing_node_as_a_spare(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No spare came back with the job's hosts: a host started afresh within the host wait
+    joins as a spare and takes the missing node, as after a host's loss."""
+    monkeypatch.setattr(service, "TAKEOVER_MARGIN", 0.5)
+
+    async def scenario() -> tuple[list[tuple[str, Any]], list[tuple[str, Any]], float]:
+        controller = _controller(tmp_path, host_wait=30.0)
+        port = await controller.start("127.0.0.1:0")
+        host, spare = FakeAgent(), FakeAgent()
+        spare.settings = types.SimpleNamespace(node_rank=None, spare=True)
+        settings = joining.ClusterSettings(endpoint=f"127.0.0.1:{port}", nnodes=2,
+                                           security=CLIENT)
+        register = pb.Register(job="job", node_rank=1, nnodes=2, max_nodes=3,
+                               nproc_per_node=2, host="host-1", recovery=RECOVERY,
+                               rejoin=pb.Rejoin(generation=1, wait=1.0))
+        rejoined, _ = await joining.rejoin(settings, register, within=10)
+        link_agent: Any = host
+        serving = [asyncio.create_task(controller_link.ControllerLink(
+            link_agent, rejoined.channel, host="host-1").serve())]
+        started = asyncio.get_running_loop().time()
+        try:
+            await asyncio.sleep(2.5)  # past the takeover's wait (1 s and the margin)
+            assert controller.status().jobs, "the job waits for a spare, not stopped"
+            joined, placement = await joining.join(settings, pb.Register(
+                job="job", nnodes=2, max_nodes=3, nproc_per_node=2, host="host-2",
+                recovery=RECOVERY), on_retry=print)
+            assert placement.spare
+            spare_agent: Any = spare
+            serving.append(asyncio.create_task(controller_link.ControllerLink(
+                spare_agent, joined.channel, host="host-2").serve()))
+            async with asyncio.timeout(20):
+                while not any(name == "start" for name, _ in spare.calls):
+                    await asyncio.sleep(0.05)
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            await controller.stop()
+            for task in serving:
+                task.cancel()
+            await asyncio.gather(*serving, return_exceptions=True)
+        return host.calls, spare.calls, took
+
+    host_calls, spare_calls, took = asyncio.run(scenario())
+    assert ("take_ranks", 0) in spare_calls
+    assert spare_calls.index(("take_ranks", 0)) < next(
+        i for i, (name, _) in enumerate(spare_calls) if name == "start")
+    assert any(name == "start" for name, _ in host_calls), "the job restarted on both hosts"
+    assert took < 20.0
 
 
 def test_a_takeover_gives_up_on_missing_hosts_once_those_back_train_no_more() -> None:

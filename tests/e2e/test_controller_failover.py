@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import need_etcd
 from tests.e2e.hosts import Cluster, Controller
-from tests.e2e.jobs import SCRIPTS
+from tests.e2e.jobs import SCRIPTS, Job
 from trainguard.testing import etcd_cluster
 from trainguard.testing.etcd_cluster import free_ports
 
@@ -64,24 +64,33 @@ def test_the_standby_takes_over_a_running_job_and_the_hosts_train_on(
         assert "registered again with the job's controller" in host.output()
 
 
+@pytest.mark.parametrize("spare_started", ["with the job", "after the leader died"])
 def test_a_host_lost_with_the_leader_is_replaced_by_a_spare_once_the_standby_leads(
-        cluster: Cluster, tmp_path: Path, reference: str) -> None:
-    """The leader and host 1 killed together: host 0 and the spare register again with the
-    standby, host 1 never does. Once host 0 trains no more (not after the hosts' whole wait, 8 s
-    and 5 more), the spare takes node 1's ranks and the job restarts (before, it stopped) from
-    the newest step host 0 holds in memory, node 1's ranks from their replicas there."""
+        cluster: Cluster, tmp_path: Path, reference: str, spare_started: str) -> None:
+    """The leader and host 1 killed together: host 0 and the spare register with the standby
+    (the spare again, or for the first time: started to replace host 1, it joins as a spare),
+    host 1 never does. Once host 0 trains no more (not after the hosts' whole wait, 8 s and 5
+    more), the spare takes node 1's ranks and the job restarts (before, it stopped) from the
+    newest step host 0 holds in memory, node 1's ranks from their replicas there."""
     leader, standby = _pair(cluster, tmp_path, f"sqlite://{tmp_path}/ha.db")
     endpoints = f"{leader.endpoint},{standby.endpoint}"
     common = ["--nproc-per-node", "2", "--max-restarts", "2", "--persist-interval", "0.5",
               "--rdzv-conf", "controller_wait=8"]
-    hosts = [cluster.host(node, *common, *SCRIPT, "--output", str(tmp_path / "sha"),
-                          endpoint=endpoints, nnodes="2:3") for node in (0, 1, 2)]
+
+    def start(node: int) -> Job:
+        return cluster.host(node, *common, *SCRIPT, "--output", str(tmp_path / "sha"),
+                            endpoint=endpoints, nnodes="2:3")
+
+    late = spare_started == "after the leader died"
+    hosts = [start(node) for node in ((0, 1) if late else (0, 1, 2))]
     on_disk = hosts[0].wait_for("a step on both nodes' disks", lambda: set.intersection(*(
         {path.name for path in host.checkpoint_dir.glob("step-*") if "." not in path.name}
         for host in hosts[:2])), timeout=120)
     leader.kill()
     hosts[1].kill()
     assert hosts[0].process.poll() is None, "the job ended before host 1 was killed"
+    if late:
+        hosts.append(start(2))
     assert [hosts[0].wait(), hosts[2].wait()] == [0, 0], hosts[0].output() + hosts[2].output()
     assert (tmp_path / "sha").read_text() == reference, "not bitwise identical"
     took_over, = standby.events("job", "controller-took-over")

@@ -40,7 +40,8 @@ def controller(
              "link; a host that vanished outright is seen at once).")] = 2.0,
     host_wait: Annotated[float, typer.Option(
         help="Seconds a recovery waits for a spare host when a host is lost and none is "
-             "ready; then the job fails, saying why.")] = 30.0,
+             "ready (a takeover too, for hosts that did not register again); then the job "
+             "fails, saying why.")] = 30.0,
     store: Annotated[str | None, typer.Option(
         help="Where the controller keeps what it must not lose (the devices' fault history, "
              "which escalation counts across restarts): sqlite:///PATH, or "

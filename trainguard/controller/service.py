@@ -182,14 +182,21 @@ class _ClusterJob:
         if found:
             raise JoinError(f"host {register.host} may not join job {job}: it has {found}")
         rejoining = register.HasField("rejoin")
-        if rejoining != self.adopting and not (self.started or register.rejoin.spare):
-            raise JoinError(
-                f"host {register.host} {'rejoins' if rejoining else 'joins'} job {job}, which "
-                f"{'is being taken over from' if self.adopting else 'was formed by'} this "
-                "controller: try again once it runs")
+        if rejoining and not self.adopting and not (self.started or register.rejoin.spare):
+            raise JoinError(f"host {register.host} rejoins job {job}, which was formed by this "
+                            "controller: try again once it runs")
         if rejoining and self.started and not register.rejoin.spare:
             raise JoinError(f"host {register.host} rejoins job {job} holding node "
                             f"{register.node_rank}, which runs here without it")
+        # A job being taken over keeps its nodes for the hosts that held them: a host new to
+        # it joins as a spare (one may be started to replace a host that does not return).
+        new_spare = self.adopting and not rejoining and not self.started
+        if new_spare and register.HasField("node_rank") and register.node_rank < register.nnodes:
+            raise JoinError(
+                f"host {register.host} claims node rank {register.node_rank} of job {job}, "
+                "which is being taken over from this controller: its host may yet register "
+                f"again; start this one as a spare (--node-rank {register.nnodes} or more, or "
+                "none), or try again once the job runs")
         places = max(register.max_nodes, register.nnodes)
         if register.HasField("node_rank"):
             place = register.node_rank
@@ -200,13 +207,16 @@ class _ClusterJob:
                 raise JoinError(f"host {register.host} claims node rank {place} of job {job}, "
                                 f"which host {self.claimed[place]} holds")
         else:
-            first_free = range(places) if self.started else range(register.nnodes)
-            free = [n for n in first_free if n not in self.claimed] or [
-                n for n in range(places) if n not in self.claimed]
+            nodes_first = range(places) if self.started else range(register.nnodes)
+            free = [n for n in range(register.nnodes, places) if n not in self.claimed] if \
+                new_spare else [n for n in nodes_first if n not in self.claimed] or [
+                    n for n in range(places) if n not in self.claimed]
             if not free:
                 raise JoinError(f"host {register.host} may not join job {job}: its "
                                 f"{register.nnodes} hosts and {places - register.nnodes} "
-                                "spares are all there")
+                                "spares are all there" + (
+                                    " while it is taken over: try again once it runs"
+                                    if new_spare else ""))
             place = free[0]
         self.claimed[place] = register.host
         if rejoining:
@@ -248,7 +258,8 @@ class ControllerSettings:
     ping every half of it, each answered within half of it)."""
     host_wait: float = 30.0
     """Seconds a recovery waits for a spare host when a host is lost and no spare is ready
-    (one may join: trainguard run again on any host); then the job fails, saying so."""
+    (one may join: trainguard run again on any host), and a takeover for one to take a node
+    whose host did not register again; then the job fails, saying so."""
     store: str | None = None
     """The URL of the store of what the controller must not lose (the devices' fault
     history, the jobs' records, the leadership); None: ``sqlite://<run root>/controller.db``."""
@@ -561,7 +572,7 @@ class ControllerService:
             else:
                 job.hosts[place] = proxy
             if job.adopting and not job.started and len(job.hosts) + len(job.spares) == 1:
-                wait = register.rejoin.wait + TAKEOVER_MARGIN
+                wait = job.first.rejoin.wait + TAKEOVER_MARGIN
                 bound = asyncio.create_task(self._bound_takeover(job, wait),
                                             name=f"job-{register.job}-takeover")
                 self._runs.add(bound)
@@ -607,7 +618,8 @@ class ControllerService:
         goes on (a restart: the new hosts' ranks have nothing of their own in memory).
         Without enough spares, the hosts that came back stop too, what their memory holds
         written to disk, and are told why, rather than train on without their peers while
-        nothing can recover them."""
+        nothing can recover them. Spares short, it waits for more as a host's loss does
+        (``host_wait``): a host started to replace a missing one joins as a spare."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         while not job.started and (waited := loop.time() - start) < wait:
@@ -619,13 +631,13 @@ class ControllerService:
         job.started = True  # no host joins it any more but as a spare
         name = job.first.job
         waited = min(loop.time() - start, wait)  # the poll's overshoot is no part of it
-        if len(job.spares) >= len(job.missing) and await self._spares_take(job, waited):
+        if await self._spares_take(job, waited):
             self._start(job)
             return
         reason = (f"job {name} could not be taken over: its host(s) at node rank(s) "
                   f"{job.missing} did not register again within {waited:.3g} s, and no spare "
-                  "host took their place; stopped (it resumes from its checkpoints when started "
-                  "again)")
+                  f"host took their place within {self.settings.host_wait:g} s more; stopped "
+                  "(it resumes from its checkpoints when started again)")
         logger.error("%s", reason)
         end = pb.EndJob(exit_code=1, outcome=str(events.JobOutcome.STOPPED), reason=reason)
         try:
@@ -643,16 +655,25 @@ class ControllerService:
         return (len(job.spares) >= len(job.missing)
                 and not any(proxy.training for proxy in job.hosts.values()))
 
-    async def _spares_take(self, job: _ClusterJob, wait: float) -> bool:
-        """The spares of ``job`` take its missing nodes, one each; whether every one was
-        taken."""
-        for node in job.missing:
-            spare = await job.spares.place(node, wait=0.0)
+    async def _spares_take(self, job: _ClusterJob, waited: float) -> bool:
+        """The spares of ``job`` take its missing nodes, one each, those short of spares
+        waiting for one up to ``host_wait`` seconds in all; whether every one was taken."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.host_wait
+        missing = job.missing
+        if len(job.spares) < len(missing):
+            logger.warning("job %s: the host(s) at node rank(s) %s did not register again "
+                           "within %.3g s of the takeover and %d spare(s) are here; waiting up "
+                           "to %g s for spare hosts (trainguard run on any host joins as one)",
+                           job.first.job, missing, waited, len(job.spares),
+                           self.settings.host_wait)
+        for node in missing:
+            spare = await job.spares.place(node, wait=max(0.0, deadline - loop.time()))
             if spare is None:
                 return False
             logger.warning("job %s: spare host %s takes the ranks of node %d, whose host did "
                            "not register again within %.3g s of the takeover", job.first.job,
-                           spare.host, node, wait)
+                           spare.host, node, waited)
             job.hosts[node] = spare
             job.replaced.append(node)
         return True
