@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from tests.controller.test_controller_job_controller import (
     JOB,
@@ -136,6 +137,46 @@ def test_a_crash_loop_counted_before_the_takeover_is_counted_on(
         assert result.restarts_used == 2, "the successor spent no restart on it"
 
     run_scenario(scenario)
+
+
+def test_the_events_follow_the_job_to_the_controller_that_takes_it_over_and_go_when_it_ends(
+        tmp_path: Path) -> None:
+    """One run root holds every event of a job taken over: the successor adds its
+    predecessor's, under their ids, before its own."""
+    def started(generation: int) -> events.GenerationStarted:
+        return events.GenerationStarted(
+            job=JOB, generation=generation, world_size=2, master_port=29500,
+            restart_count=generation, restore_source="none", restore_step=0, plan_seconds=0.0)
+
+    async def scenario() -> tuple[list[str], list[tuple[int, int]], list[str]]:
+        store = testing.key_value_store()
+        await store.put(f"{job_record.EVENTS_PREFIX}{JOB}/000000000003", b"not json")
+        first_writer = trailing.TrailingWriter(store, what="the first controller's")
+        first = job_record.JobJournal(first_writer, JOB)
+        before = sqlite.SqliteStore.open(tmp_path / "a" / "state.db")
+        first_recorder = recorder.EventRecorder(before, FakeClock(), mirror=first.event)
+        first_recorder.record(started(0))
+        first_recorder.record(started(1))
+        await first_writer.flush()
+        kept = [entry.key for entry in (await store.list(job_record.EVENTS_PREFIX)).entries]
+
+        second_writer = trailing.TrailingWriter(store, what="the successor's")
+        second = job_record.JobJournal(second_writer, JOB)
+        after = sqlite.SqliteStore.open(tmp_path / "b" / "state.db")
+        after.insert_events(await second.take_events(store))
+        recorder.EventRecorder(after, FakeClock(), mirror=second.event).record(started(2))
+        held = [(event.id, event.data["generation"]) for event in after.events()]
+        second.note(None)
+        await second_writer.flush()
+        left = [entry.key for entry in (await store.list(job_record.EVENTS_PREFIX)).entries]
+        before.close()
+        after.close()
+        return kept, held, left
+
+    kept, held, left = asyncio.run(scenario())
+    assert kept == [f"job-events/{JOB}/{n:012d}" for n in (1, 2, 3)]
+    assert held == [(1, 0), (2, 1), (3, 2)], "the unreadable one is passed over"
+    assert left == [], "the job ended: its events went with its record"
 
 
 def test_a_record_that_cannot_be_read_names_its_key() -> None:

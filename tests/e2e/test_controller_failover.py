@@ -58,6 +58,9 @@ def test_the_standby_takes_over_a_running_job_and_the_hosts_train_on(
     assert took_over["adopted"], took_over
     finished, = standby.events("job", "job-finished")
     assert (finished["outcome"], finished["restarts_used"]) == ("succeeded", 0)
+    assert standby.events("job")[0] == leader.events("job")[0], \
+        "the standby's run root holds the leader's events too"
+    assert [e["kind"] for e in standby.events("job")].count("generation-started") == 1
     assert not standby.events("job", "fault-detected"), "no worker was disturbed"
     assert takeover < 10, f"the standby led {takeover:.1f} s after the leader was killed"
     for host in hosts:
@@ -96,7 +99,8 @@ def test_a_host_lost_with_the_leader_is_replaced_by_a_spare_once_the_standby_lea
     took_over, = standby.events("job", "controller-took-over")
     assert not took_over["adopted"], took_over
     assert "spare hosts took node(s) [1], whose host(s) did not register" in took_over["reason"]
-    restart, = standby.events("job", "generation-started")
+    first, restart = standby.events("job", "generation-started")
+    assert first == leader.events("job", "generation-started")[0], "the leader's, kept"
     assert restart["restore_source"] == "memory and peers", restart
     assert restart["restore_step"] >= max(int(name.split("-")[1]) for name in on_disk)
     finished, = standby.events("job", "job-finished")

@@ -174,3 +174,14 @@ def test_recorder_with_the_system_clock_writes_iso_times(store: sqlite.SqliteSto
     document = store.get_document("doc")
     assert document is not None
     assert ISO.fullmatch(document.updated)
+
+
+def test_a_mirror_gets_each_event_as_stored(store: sqlite.SqliteStore, clock: FakeClock) -> None:
+    mirrored: list[api.StoredEvent] = []
+    events_recorder = recorder.EventRecorder(store, clock, mirror=mirrored.append)
+
+    first = events_recorder.record(_generation_started(0))
+    events_recorder.record(_generation_started(1))
+
+    assert mirrored == store.events()
+    assert mirrored[0].id == first

@@ -268,3 +268,22 @@ def test_documents_by_prefix_take_the_prefix_literally(store: sqlite.SqliteStore
     assert [d.name for d in store.documents("a_")] == ["a_b"], "_ is no wildcard"
     assert store.documents("detectors-host-a")[0].data == {"name": "detectors-host-a"}
     assert store.documents("none-") == []
+
+
+def test_events_recorded_elsewhere_keep_their_ids_past_the_newest_here(
+        store: sqlite.SqliteStore) -> None:
+    """A job taken over: its earlier controllers' events join this store under their ids;
+    those it holds already are not added again, and its own next event comes after them."""
+    store.append_event("generation-started", {"generation": 0}, time=T0)
+    elsewhere = [api.StoredEvent(1, T0, "generation-started", {"generation": 0}),
+                 api.StoredEvent(2, T0, "fault-detected", {"rank": 1}),
+                 api.StoredEvent(4, T1, "decision", {"strategy": "recover-in-place"})]
+
+    assert store.insert_events(elsewhere) == 2
+    assert store.insert_events(elsewhere) == 0
+
+    assert store.append_event("controller-took-over", {"generation": 1}, time=T1) == 5
+    assert [(event.id, event.kind) for event in store.events()] == [
+        (1, "generation-started"), (2, "fault-detected"), (4, "decision"),
+        (5, "controller-took-over")]
+    assert store.events(after_id=3)[0].data == {"strategy": "recover-in-place"}

@@ -88,7 +88,7 @@ DOCUMENT_POLL = 1.0  # seconds between looks at the public fault documents
 LEVEL_SWEEP = 1.0  # seconds between evaluations of the levels time alone changes
 STORE_NAME = "state.db"
 KV_NAME = "controller.db"
-FLUSH_TIMEOUT = 5.0  # seconds a job's last record may take to reach the store
+FLUSH_TIMEOUT = 5.0  # seconds a job's last record may take to reach the store, its events to come
 TAKEOVER_MARGIN = 5.0
 """Seconds past the hosts' own wait (their controller_wait) that a controller taking a job
 over waits for the last of its hosts to register again; and the least it waits when the hosts
@@ -701,12 +701,35 @@ class ControllerService:
                     if adopted is not None else f"restarting after generation {newest}")
         return dataclasses.replace(record, generation=max(record.generation, newest)), adopted
 
+    async def _take_events(self, journal: job_record.JobJournal,
+                           store: sqlite.SqliteStore) -> None:
+        """The events the job's earlier controllers recorded join this one's, under their
+        ids: one run root holds them all (a store that cannot be read leaves them out)."""
+        assert self._store is not None
+        try:
+            async with asyncio.timeout(FLUSH_TIMEOUT):
+                taken = await journal.take_events(self._store)
+        except (TimeoutError, kv.UnavailableError) as error:
+            logger.warning("job %s is taken over without its earlier events: %s",
+                           journal.job, error or "the store did not answer in time")
+            return
+        added = store.insert_events(taken)
+        logger.info("job %s: %d event(s) its earlier controllers recorded are kept here too",
+                    journal.job, added)
+
     async def _run(self, job: _ClusterJob) -> None:
         first = job.first
         run_dir = self.settings.run_root / first.job
         owner_only.make_dir(run_dir)
         store = sqlite.SqliteStore.open(run_dir / STORE_NAME)
-        events_recorder = recorder.EventRecorder(store, self._clock)
+        assert self._store is not None, "start first"
+        assert self._leadership is not None
+        journal = trailing.TrailingWriter(self._store, what=f"the record of job {first.job}",
+                                          fence=self._leadership.fence)
+        record = job_record.JobJournal(journal, first.job)
+        if job.adopting:
+            await self._take_events(record, store)
+        events_recorder = recorder.EventRecorder(store, self._clock, mirror=record.event)
         if self._on_event is not None:
             events_recorder.subscribe(self._on_event)
         agents = job.agents = cluster_agents.ClusterAgents(
@@ -716,16 +739,12 @@ class ControllerService:
             intake = self._intake
             events_recorder.subscribe(
                 lambda event: intake.job_event(first.job, agents.placement, event))
-        assert self._store is not None, "start first"
-        assert self._leadership is not None
-        journal = trailing.TrailingWriter(self._store, what=f"the record of job {first.job}",
-                                          fence=self._leadership.fence)
         try:
             controller = job.controller = job_controller.JobController(
                 recovery_from_pb(first.recovery), job=first.job,
                 world_size=first.nnodes * first.nproc_per_node, agent=agents,
                 recorder=events_recorder, clock=self._clock, device_faults=self._device_faults,
-                journal=job_record.JobJournal(journal, first.job))
+                journal=record)
             resume, adopted = await self._take_over(job) if job.adopting else (None, None)
             tasks = [asyncio.create_task(agents.order_persists(first.persist_interval),
                                          name=f"job-{first.job}-persists"),

@@ -18,9 +18,13 @@ Listener = Callable[[events.Event], None]
 
 
 class EventRecorder:
-    def __init__(self, store: api.StateStore, clock: clocks.Clock) -> None:
+    def __init__(self, store: api.StateStore, clock: clocks.Clock, *,
+                 mirror: Callable[[api.StoredEvent], None] | None = None) -> None:
+        """``mirror``: where each event is kept too, as stored (a cluster job's events, for
+        the controller that takes it over)."""
         self._store = store
         self._clock = clock
+        self._mirror = mirror
         self._listeners: list[Listener] = []
 
     def subscribe(self, listener: Listener) -> None:
@@ -30,9 +34,10 @@ class EventRecorder:
         context = {key: getattr(event, key) for key in ("job", "generation", "rank")
                    if hasattr(event, key)}
         logger.info("%s", event.summary(), extra=context)
-        event_id = self._store.append_event(
-            event.KIND, event.to_data(), time=clocks.iso_utc(self._clock.wall())
-        )
+        data, time = event.to_data(), clocks.iso_utc(self._clock.wall())
+        event_id = self._store.append_event(event.KIND, data, time=time)
+        if self._mirror is not None:
+            self._mirror(api.StoredEvent(event_id, time, event.KIND, data))
         for listener in self._listeners:
             listener(event)
         return event_id

@@ -85,6 +85,17 @@ class SqliteStore:
             )
         return int(cursor.lastrowid or 0)
 
+    def insert_events(self, recorded: Sequence[api.StoredEvent]) -> int:
+        """Add events recorded elsewhere, under their own ids, those past this store's newest
+        (a job taken over: what its earlier controllers recorded); returns how many."""
+        with self._write() as connection:
+            newest = connection.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+            rows = [(event.id, event.time, event.kind, json.dumps(event.data, sort_keys=True))
+                    for event in recorded if event.id > newest]
+            connection.executemany(
+                "INSERT INTO events (id, time, kind, data) VALUES (?, ?, ?, ?)", rows)
+        return len(rows)
+
     def events(self, *, after_id: int = 0, kinds: Sequence[str] = ()) -> list[api.StoredEvent]:
         query = "SELECT id, time, kind, data FROM events WHERE id > ?"
         parameters: list[Any] = [after_id]
