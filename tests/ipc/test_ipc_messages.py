@@ -54,6 +54,8 @@ EVERY_MESSAGE: list[messages.Message] = [
                     restart_count=1),
     messages.SnapshotInterval(every=4, from_step=42),
     messages.CompleteShares(request_id=5, holder=2),
+    messages.Profiling(switch='{"Step": "on"}'),
+    messages.ProfilingRequest(request_id=3, switch="light"),
     messages.RestorePlan(request_id=14, source=messages.RestoreSource.PEER, step=40, path="",
                          next_slot=0, slot_paths=["", ""], note="", peer=0, send_to=[]),
     messages.RestorePlan(request_id=15, source=messages.RestoreSource.REPLICA, step=40, path="",
@@ -79,7 +81,7 @@ def _envelope(**body: Any) -> bytes:
 
 def test_every_message_type_is_covered() -> None:
     assert {type(message) for message in EVERY_MESSAGE} == set(MESSAGE_CLASSES)
-    assert len(MESSAGE_CLASSES) == 25
+    assert len(MESSAGE_CLASSES) == 27
 
 
 @pytest.mark.parametrize("cls", MESSAGE_CLASSES, ids=lambda cls: cls.__name__)

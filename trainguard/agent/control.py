@@ -11,7 +11,7 @@ from trainguard.faults.device.device_events import Assertion
 from trainguard.ipc import messages
 from trainguard.proto import versioned, worker_codec
 
-__all__ = ["ControlError", "inject_device_fault", "inject_fault"]
+__all__ = ["ControlError", "inject_device_fault", "inject_fault", "switch_profiling"]
 
 
 class ControlError(RuntimeError):
@@ -40,6 +40,17 @@ def inject_device_fault(run_dir: Path, *, device: int, code: str, assertion: Ass
     """
     return _ask(run_dir, messages.DeviceFaultRequest(request_id=1, device=device, code=code,
                                                      assertion=assertion), timeout=timeout)
+
+
+def switch_profiling(run_dir: Path, setting: str, *, timeout: float = 10.0) -> str:
+    """Switch the lightweight profiling of the running job in ``run_dir`` (a preset's name or
+    the original's profilingSwitch JSON; empty: only ask); returns what it is now.
+
+    Raises:
+        ControlError: no job is running in ``run_dir``, or ``setting`` cannot be read.
+    """
+    return _ask(run_dir, messages.ProfilingRequest(request_id=1, switch=setting),
+                timeout=timeout)
 
 
 def _ask(run_dir: Path, request: messages.Message, *, timeout: float) -> str:

@@ -60,7 +60,7 @@ from trainguard.detect import heartbeat
 from trainguard.faults import process
 from trainguard.faults.device.device_events import Assertion
 from trainguard.ipc import checkpoint_layout, messages
-from trainguard.job import events, replicas
+from trainguard.job import events, profiling_switch, replicas
 
 __all__ = ["AGENT_FILE", "AgentSettings", "NodeAgent"]
 
@@ -656,6 +656,8 @@ class NodeAgent:
         worker.link = writer
         worker.send(messages.SnapshotInterval(self.snapshot_every,
                                               self._current().restore.step))
+        if self._launcher.profiling != worker.profiling:  # switched since its start
+            worker.send(messages.Profiling(self._launcher.profiling.to_json()))
         self._injector.connected(worker)
         return True
 
@@ -779,13 +781,35 @@ class NodeAgent:
                 if self.device_injector is None:
                     raise fault_injection.InjectionError("this host's devices are not watched")
                 detail = self.device_injector(request.device, request.code, request.assertion)
+            elif isinstance(request, messages.ProfilingRequest):
+                detail = self.switch_profiling(request.switch)
             else:
                 return messages.ControlReply(getattr(request, "request_id", 0), False,
                                              f"unsupported request {request.TYPE!r}")
-        except fault_injection.InjectionError as error:  # both requests have an id
-            assert isinstance(request, (messages.InjectRequest, messages.DeviceFaultRequest))
+        except (fault_injection.InjectionError, profiling_switch.SwitchError) as error:
+            assert isinstance(request, (messages.InjectRequest, messages.DeviceFaultRequest,
+                                        messages.ProfilingRequest))  # each has an id
             return messages.ControlReply(request.request_id, False, str(error))
         return messages.ControlReply(request.request_id, True, detail)
+
+    def switch_profiling(self, setting: str) -> str:
+        """Switch the ranks' lightweight profiling to ``setting`` (a preset's name or the
+        original's JSON; empty: leave it); returns what it is now.
+
+        Raises:
+            profiling_switch.SwitchError: ``setting`` cannot be read.
+        """
+        launcher = self._launcher
+        if setting.strip():
+            launcher.profiling = switch = profiling_switch.ProfilingSwitch.parse(setting)
+            generation = self._generation
+            for worker in generation.workers.values() if generation is not None else ():
+                worker.send(messages.Profiling(switch.to_json()))
+            self._record(events.ProfilingSwitched(
+                job=self.settings.run_id, profiling_switch=switch.to_json(),
+                marks=switch.describe(), directory=str(launcher.profiling_dir)))
+        return (f"profiling: {launcher.profiling.describe()} (records under "
+                f"{launcher.profiling_dir})")
 
     def inject(self, rank: int, kind: messages.InjectionKind, at_step: int | None) -> str:
         """Raises: fault_injection.InjectionError when the fault cannot be caused."""

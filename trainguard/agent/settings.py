@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from trainguard.agent import fault_injection, snapshot_interval, worker_output, workers
-from trainguard.job import replicas
+from trainguard.job import profiling_switch, replicas
 
 __all__ = ["AgentSettings"]
 
@@ -61,6 +61,23 @@ class AgentSettings:
     fault (then its own rate counts); the job's is this over its ranks. 50,000 h: Llama 3's 419
     unexpected interruptions in 54 days on 16,384 GPUs."""
 
+    profiling: str = "off"
+    """Lightweight-profiling marks the ranks record from the start: light (each step, forward
+    pass, data-loader fetch and checkpoint save), heavy (also each all-reduce), off, or the
+    original's profilingSwitch JSON; switched while the job runs with trainguard profiling
+    (docs/profiling.md)."""
+    profiling_dir: Path | None = None
+    """Where the ranks' profiling records go, as DIR/TASK/RANK/ (TASK: MINDX_TASK_ID, else the
+    job's id); default RUN_DIR/profiling."""
+
+    @property
+    def profiling_switch(self) -> profiling_switch.ProfilingSwitch:
+        return profiling_switch.ProfilingSwitch.parse(self.profiling)
+
+    @property
+    def profiling_root(self) -> Path:
+        return self.profiling_dir or self.run_dir / "profiling"
+
     @property
     def world_size(self) -> int:
         return self.nnodes * self.nproc_per_node
@@ -109,6 +126,10 @@ class AgentSettings:
         if self.master_port is not None and self.master_port not in range(1, 65536):
             raise ValueError(f"master-port must be 1..65535, got {self.master_port}")
         snapshot_interval.parse_every(self.snapshot_every)
+        try:
+            profiling_switch.ProfilingSwitch.parse(self.profiling)
+        except profiling_switch.SwitchError as error:
+            raise ValueError(f"profiling: {error}") from None
         if not 0 < self.snapshot_share < 1:
             raise ValueError(f"snapshot-share must be > 0 and < 1, got {self.snapshot_share}")
         for name in ("monitor_interval", "shutdown_timeout", "leave_timeout",

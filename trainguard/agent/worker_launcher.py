@@ -34,6 +34,12 @@ class WorkerLauncher:
                  log: logging.LoggerAdapter[logging.Logger]) -> None:
         self.settings = settings
         self._base_env = dict(base_env)
+        self.profiling_dir = settings.profiling_root / (
+            self._base_env.get("MINDX_TASK_ID") or settings.run_id)
+        """The task's folder of profiling records: the job's own task id (``MINDX_TASK_ID``,
+        as the original's), else the job's id."""
+        self.profiling = settings.profiling_switch
+        """The lightweight-profiling marks the ranks record: a new process's from its start."""
         self._clock = clock
         self._startup_timeout = startup_timeout
         self._on_exit = on_exit
@@ -150,6 +156,10 @@ class WorkerLauncher:
         env[messages.STARTING_VARIABLE] = str(starting)
         # The session's replicas are the agent's: a script's own dp_size must agree.
         env["TRAINGUARD_DP_SIZE"] = str(settings.dp_size or settings.world_size)
+        env["TRAINGUARD_PROFILING_DIR"] = str(self.profiling_dir.parent)
+        env["MINDX_TASK_ID"] = self.profiling_dir.name
+        worker.profiling = self.profiling
+        env["TRAINGUARD_PROFILING"] = self.profiling.to_json()
         env.update(self.visibility())
         worker.secret = secrets.token_hex(16)
         env[messages.WORKER_SECRET_VARIABLE] = worker.secret

@@ -15,6 +15,7 @@ from pathlib import Path
 from trainguard.agent import checkpoint_memory, worker_output
 from trainguard.faults import process
 from trainguard.ipc import messages
+from trainguard.job import profiling_switch
 from trainguard.proto import versioned, worker_codec
 
 __all__ = [
@@ -107,6 +108,8 @@ class WorkerState:
     returncode: int | None = None
     exited_at: float | None = None
     stopping: bool = False  # the agent ended it: its exit is not a fault
+    profiling: profiling_switch.ProfilingSwitch = dataclasses.field(
+        default_factory=profiling_switch.ProfilingSwitch)  # what its environment switched on
     link: asyncio.StreamWriter | None = None
     disconnected: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     begun_step: int | None = None

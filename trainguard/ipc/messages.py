@@ -40,6 +40,8 @@ __all__ = [
     "LeftGeneration",
     "Message",
     "MessageError",
+    "Profiling",
+    "ProfilingRequest",
     "RecoverySupported",
     "Rejoin",
     "ReplicasDiffer",
@@ -360,6 +362,15 @@ class SnapshotInterval(Message):
 
 
 @dataclasses.dataclass(frozen=True)
+class Profiling(Message):
+    """Record the lightweight-profiling marks ``switch`` has on from now on (the original's
+    profilingSwitch JSON, :class:`trainguard.job.profiling_switch.ProfilingSwitch`)."""
+
+    TYPE: ClassVar[str] = "profiling"
+    switch: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CompleteShares(Message):
     """Rank ``holder`` is lost, and with it the run of replicated state it alone held (its
     share) of steps it may not have snapshotted: write your newest snapshot again holding that
@@ -401,6 +412,16 @@ class DeviceFaultRequest(Message):
     device: int
     code: str
     assertion: Assertion  # the device backend checks the device and the code
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfilingRequest(Message):
+    """Switch the job's lightweight profiling: a preset's name or the original's JSON; empty:
+    only say what it is (``trainguard profiling``)."""
+
+    TYPE: ClassVar[str] = "profiling_request"
+    request_id: int
+    switch: str
 
 
 @dataclasses.dataclass(frozen=True)

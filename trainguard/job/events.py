@@ -26,6 +26,7 @@ __all__ = [
     "GenerationStarted",
     "JobFinished",
     "JobOutcome",
+    "ProfilingSwitched",
     "RecoveryCompleted",
     "RecoveryFailed",
     "ReplicasDiffer",
@@ -418,6 +419,20 @@ class SnapshotIntervalChosen(Event):
 
     def summary(self) -> str:
         return self.reason
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfilingSwitched(Event):
+    """The job's lightweight-profiling marks were switched (D10): what the ranks record from
+    now on, and where."""
+
+    KIND: ClassVar[str] = "profiling-switched"
+    profiling_switch: str  # the original's profilingSwitch JSON
+    marks: str  # the marks on, by the original's names, or "off"
+    directory: str  # the task's folder of records: <profiling dir>/<task id>
+
+    def summary(self) -> str:
+        return f"profiling: {self.marks} (records under {self.directory})"
 
 
 def known_kinds() -> list[str]:

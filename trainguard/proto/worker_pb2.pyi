@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Envelope(_message.Message):
-    __slots__ = ("version", "hello", "step", "activity", "snapshot", "fault_injected", "failing", "recovery_supported", "left", "finished", "stop_requested", "reserve_slot", "restore_plan_request", "slot_granted", "restore_plan", "request_failed", "inject", "stop_at", "abort", "rejoin", "snapshot_interval", "inject_request", "control_reply", "device_fault_request", "complete_shares", "replicas_differ")
+    __slots__ = ("version", "hello", "step", "activity", "snapshot", "fault_injected", "failing", "recovery_supported", "left", "finished", "stop_requested", "reserve_slot", "restore_plan_request", "slot_granted", "restore_plan", "request_failed", "inject", "stop_at", "abort", "rejoin", "snapshot_interval", "inject_request", "control_reply", "device_fault_request", "complete_shares", "replicas_differ", "profiling", "profiling_request")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,8 @@ class Envelope(_message.Message):
     DEVICE_FAULT_REQUEST_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_SHARES_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_DIFFER_FIELD_NUMBER: _ClassVar[int]
+    PROFILING_FIELD_NUMBER: _ClassVar[int]
+    PROFILING_REQUEST_FIELD_NUMBER: _ClassVar[int]
     version: int
     hello: Hello
     step: StepMark
@@ -60,7 +62,9 @@ class Envelope(_message.Message):
     device_fault_request: DeviceFaultRequest
     complete_shares: CompleteShares
     replicas_differ: ReplicasDiffer
-    def __init__(self, version: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., step: _Optional[_Union[StepMark, _Mapping]] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotCommitted, _Mapping]] = ..., fault_injected: _Optional[_Union[FaultInjected, _Mapping]] = ..., failing: _Optional[_Union[WorkerFailing, _Mapping]] = ..., recovery_supported: _Optional[_Union[RecoverySupported, _Mapping]] = ..., left: _Optional[_Union[LeftGeneration, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., stop_requested: _Optional[_Union[StopRequested, _Mapping]] = ..., reserve_slot: _Optional[_Union[ReserveSlot, _Mapping]] = ..., restore_plan_request: _Optional[_Union[RestorePlanRequest, _Mapping]] = ..., slot_granted: _Optional[_Union[SlotGranted, _Mapping]] = ..., restore_plan: _Optional[_Union[RestorePlan, _Mapping]] = ..., request_failed: _Optional[_Union[RequestFailed, _Mapping]] = ..., inject: _Optional[_Union[InjectFault, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., rejoin: _Optional[_Union[Rejoin, _Mapping]] = ..., snapshot_interval: _Optional[_Union[SnapshotInterval, _Mapping]] = ..., inject_request: _Optional[_Union[InjectRequest, _Mapping]] = ..., control_reply: _Optional[_Union[ControlReply, _Mapping]] = ..., device_fault_request: _Optional[_Union[DeviceFaultRequest, _Mapping]] = ..., complete_shares: _Optional[_Union[CompleteShares, _Mapping]] = ..., replicas_differ: _Optional[_Union[ReplicasDiffer, _Mapping]] = ...) -> None: ...
+    profiling: Profiling
+    profiling_request: ProfilingRequest
+    def __init__(self, version: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., step: _Optional[_Union[StepMark, _Mapping]] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotCommitted, _Mapping]] = ..., fault_injected: _Optional[_Union[FaultInjected, _Mapping]] = ..., failing: _Optional[_Union[WorkerFailing, _Mapping]] = ..., recovery_supported: _Optional[_Union[RecoverySupported, _Mapping]] = ..., left: _Optional[_Union[LeftGeneration, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., stop_requested: _Optional[_Union[StopRequested, _Mapping]] = ..., reserve_slot: _Optional[_Union[ReserveSlot, _Mapping]] = ..., restore_plan_request: _Optional[_Union[RestorePlanRequest, _Mapping]] = ..., slot_granted: _Optional[_Union[SlotGranted, _Mapping]] = ..., restore_plan: _Optional[_Union[RestorePlan, _Mapping]] = ..., request_failed: _Optional[_Union[RequestFailed, _Mapping]] = ..., inject: _Optional[_Union[InjectFault, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., rejoin: _Optional[_Union[Rejoin, _Mapping]] = ..., snapshot_interval: _Optional[_Union[SnapshotInterval, _Mapping]] = ..., inject_request: _Optional[_Union[InjectRequest, _Mapping]] = ..., control_reply: _Optional[_Union[ControlReply, _Mapping]] = ..., device_fault_request: _Optional[_Union[DeviceFaultRequest, _Mapping]] = ..., complete_shares: _Optional[_Union[CompleteShares, _Mapping]] = ..., replicas_differ: _Optional[_Union[ReplicasDiffer, _Mapping]] = ..., profiling: _Optional[_Union[Profiling, _Mapping]] = ..., profiling_request: _Optional[_Union[ProfilingRequest, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("rank", "local_rank", "pid", "generation", "secret")
@@ -272,6 +276,12 @@ class SnapshotInterval(_message.Message):
     from_step: int
     def __init__(self, every: _Optional[int] = ..., from_step: _Optional[int] = ...) -> None: ...
 
+class Profiling(_message.Message):
+    __slots__ = ("switch",)
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    switch: str
+    def __init__(self, switch: _Optional[str] = ...) -> None: ...
+
 class CompleteShares(_message.Message):
     __slots__ = ("request_id", "holder")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +313,14 @@ class DeviceFaultRequest(_message.Message):
     code: str
     assertion: str
     def __init__(self, request_id: _Optional[int] = ..., device: _Optional[int] = ..., code: _Optional[str] = ..., assertion: _Optional[str] = ...) -> None: ...
+
+class ProfilingRequest(_message.Message):
+    __slots__ = ("request_id", "switch")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    switch: str
+    def __init__(self, request_id: _Optional[int] = ..., switch: _Optional[str] = ...) -> None: ...
 
 class ControlReply(_message.Message):
     __slots__ = ("request_id", "ok", "detail")

@@ -70,6 +70,7 @@ from typing import Any, TypeVar
 import torch
 
 from trainguard.ipc import messages
+from trainguard.job import profiling_switch
 from trainguard.train import (
     agent_link,
     agent_memory,
@@ -78,6 +79,7 @@ from trainguard.train import (
     error_file,
     local_directory,
     process_group,
+    profiling,
     replica_shares,
     rng,
     state_backend,
@@ -240,6 +242,11 @@ class Session:
         self._state: state_backend.StateBackend
         self._agent = bool(address)
         self._reads_ahead = False  # restores read ahead (only under an agent)
+        try:
+            self.profiling = profiling.ProfilingRecorder.from_env(rank=self.rank)
+            """This rank's lightweight-profiling marks (docs/profiling.md)."""
+        except profiling_switch.SwitchError as error:
+            raise SessionError(f"TRAINGUARD_PROFILING: {error}") from None
         if self.rank == 0 and (problem := torch_version.untested(torch.__version__)):
             logger.warning("trainguard: %s", problem)
         if not address:
@@ -321,6 +328,12 @@ class Session:
             elif isinstance(order, messages.SnapshotInterval) and isinstance(
                     self._state, agent_memory.AgentMemoryBackend):
                 self._state.pace(order)
+            elif isinstance(order, messages.Profiling):
+                try:
+                    self.profiling.switch = profiling_switch.ProfilingSwitch.from_json(
+                        order.switch)
+                except profiling_switch.SwitchError as error:
+                    logger.warning("rank %d: profiling not switched: %s", self.rank, error)
 
     def _flush(self) -> None:
         """Commit the snapshot copied behind, if any; a failed copy is said, not raised: the
@@ -432,6 +445,7 @@ class Session:
         """
         self._skipped_step = None
         self._before_step(step)
+        traced = self.profiling.start(f"step {step}") if self.profiling.switch.step else 0
         self._link.send(messages.StepMark(step, messages.StepPhase.BEGIN, time.monotonic()))
         try:
             self._inject_due(step)
@@ -444,6 +458,9 @@ class Session:
             self._leave(step, error)
             raise GenerationAborted(
                 f"rank {self.rank} left generation {self.generation} at step {step}") from error
+        finally:
+            if traced:
+                self.profiling.end(traced)
         self._link.send(messages.StepMark(step, messages.StepPhase.END, time.monotonic()))
         stop_at = self._stop_at
         if stop_at is not None and step >= stop_at:
@@ -524,7 +541,11 @@ class Session:
             self._tracked = state
             self._skipped_step = step
             return
-        self._save(state, step=step)
+        if not self.profiling.switch.save_checkpoint:
+            self._save(state, step=step)
+            return
+        with self.profiling.mark("save_checkpoint"):
+            self._save(state, step=step)
 
     def _save(self, state: Mapping[str, Any], *, step: int, whole: bool = False) -> None:
         """Save now, due or not (a dying checkpoint, a state a peer sent); ``whole``: see
@@ -628,6 +649,7 @@ class Session:
                 logger.warning("rank %d: the final state (step %d) was not snapshotted: %s",
                                self.rank, self._skipped_step, error)
         self._closed = True
+        self.profiling.flush()
         self._link.send(messages.Finished(time.monotonic()))
         self._link.close()
         self._state.close()

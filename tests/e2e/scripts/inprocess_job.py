@@ -16,6 +16,7 @@ import hashlib
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -38,6 +39,9 @@ parser.add_argument("--stuck-after", type=int, default=None,
 parser.add_argument("--stuck-in", type=int, default=None,
                     help="rank 1 sleeps 60 s inside this step of generation 0, as in a wait "
                          "that cutting its connections does not end")
+parser.add_argument("--profile", action="store_true",
+                    help="hand the forward passes, the batches and the all-reduces to the "
+                         "session's lightweight profiling")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -64,7 +68,12 @@ def train() -> None:
     ddp = DistributedDataParallel(model)
     (ddp(torch.zeros(1, 32)).sum() * 0).backward()  # settle DDP's buckets (see the demo)
     optimizer.zero_grad()
-    for step in range(start, args.steps):
+    steps: Iterable[int] = range(start, args.steps)
+    if args.profile:
+        session.profiling.watch_forward(ddp)
+        session.profiling.watch_communication(ddp)
+        steps = session.profiling.loader(steps)  # the stand-in for a data loader
+    for step in steps:
         with session.step(step):
             if step == args.stuck_in and rank == 1 and session.generation == 0:
                 time.sleep(60)

@@ -1,0 +1,70 @@
+"""End to end (SPEC D10): a job started with light profiling records a mark around every
+step, forward pass, data-loader fetch and snapshot in each rank's files; switched to heavy
+while it runs (``trainguard profiling heavy``), it marks its all-reduces too, without a
+restart; a switch that cannot be read is refused naming the field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.jobs import SCRIPTS, Job, Start
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 60
+
+
+def _profiling(job: Job, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainguard", "profiling", "--run-dir", str(job.run_dir),
+         *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def _starts(rank_dir: Path) -> list[dict[str, Any]]:
+    """The start records of a rank's marks, oldest first."""
+    records = [json.loads(line) for path in sorted(rank_dir.iterdir(), key=lambda p: int(p.name))
+               for line in path.read_text().splitlines()]
+    ends = {record["Id"] for record in records if record["Flag"] == 4}
+    starts = [record for record in records if record["Flag"] == 2]
+    assert {record["Id"] for record in starts} == ends, "every mark ended"
+    return starts
+
+
+def test_profiling_switched_while_the_job_runs_marks_what_the_switch_has_on(
+        run_job: Start) -> None:
+    job = run_job("--nproc-per-node", "2", "--profiling", "light",
+                  str(SCRIPTS / "inprocess_job.py"), "--profile", "--steps", str(STEPS),
+                  "--step-sleep", "0.1")
+    job.wait_for_event("snapshot-interval")  # stepping
+    heavy = _profiling(job, "heavy")
+    refused = _profiling(job, '{"FP": "yes"}')
+    asked = _profiling(job)
+    assert job.wait() == 0, job.output()
+
+    assert heavy.returncode == 0, heavy.stderr
+    records = job.run_dir / "profiling" / "job"
+    assert heavy.stdout == (f"profiling: CommunicationOperator, Step, SaveCheckpoint, FP, "
+                            f"DataLoader (records under {records})\n")
+    assert refused.returncode == 1
+    assert "the profiling switch's FP is 'yes', expected \"on\" or \"off\"" in refused.stderr
+    assert asked.stdout == heavy.stdout, "asked without a setting: what it is"
+    switched, = job.events("profiling-switched")
+    assert switched["marks"] == "CommunicationOperator, Step, SaveCheckpoint, FP, DataLoader"
+
+    for rank in (0, 1):
+        starts = _starts(records / str(rank))
+        names = [record["Name"] for record in starts if record["Domain"] == "default"]
+        assert [f"step {n}" for n in range(STEPS)] == [n for n in names if n.startswith("step")]
+        assert {"forward", "dataloader", "save_checkpoint"} <= set(names)
+        reduced = [json.loads(r["Name"]) for r in starts if r["Domain"] == "communication"]
+        assert reduced, "all-reduces marked once switched to heavy"
+        assert {operator["opName"] for operator in reduced} == {"allreduce"}
+        first_reduce = starts.index(next(r for r in starts if r["Domain"] == "communication"))
+        assert any(r["Name"] == "forward" for r in starts[:first_reduce]), \
+            "none before the switch"
