@@ -11,7 +11,7 @@ from typing import Any
 from trainguard.agent import checkpoint_memory, workers
 from trainguard.faults import process
 from trainguard.ipc import messages
-from trainguard.job import replicas
+from trainguard.job import profiling_switch, replicas
 
 
 class FakePump:
@@ -108,3 +108,7 @@ class FakeAgent:
 
     async def flush_checkpoints(self) -> None:
         self.calls.append(("flush", None))
+
+    def switch_profiling(self, switch: str) -> None:
+        self.calls.append(("profiling", switch))
+        profiling_switch.ProfilingSwitch.from_json(switch)

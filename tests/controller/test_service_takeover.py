@@ -16,12 +16,52 @@ import pytest
 from tests.controller.agent_fakes import FakeAgent
 from tests.controller.test_controller_job_controller import FakeClock
 from trainguard.agent import controller_link, joining
-from trainguard.controller import policy, service
+from trainguard.controller import job_record, policy, service
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_security
+from trainguard.store import sqlite_kv
 
 CLIENT = grpc_security.ClientSecurity(insecure=True)
 RECOVERY = service.recovery_to_pb(policy.RecoverySettings())
+
+
+def _link(agent: FakeAgent, connection: Any, host: str) -> asyncio.Task[pb.EndJob | None]:
+    """``agent`` served over its link to the controller, as a host's agent is."""
+    link_agent: Any = agent
+    return asyncio.create_task(controller_link.ControllerLink(
+        link_agent, connection.channel, host=host).serve())
+
+
+async def _join_as_spare(settings: joining.ClusterSettings, spare: FakeAgent, *, job: str = "job",
+                         nnodes: int = 2) -> asyncio.Task[pb.EndJob | None]:
+    """A new host joins ``job`` (and is placed as a spare); its link, served."""
+    spare.settings = types.SimpleNamespace(node_rank=None, spare=True)
+    joined, placement = await joining.join(settings, pb.Register(
+        job=job, nnodes=nnodes, max_nodes=nnodes + 1, nproc_per_node=2, host="host-2",
+        recovery=RECOVERY), on_retry=print)
+    assert placement.spare
+    return _link(spare, joined, "host-2")
+
+
+async def _until_started(agent: FakeAgent) -> None:
+    async with asyncio.timeout(20):
+        while not any(name == "start" for name, _ in agent.calls):
+            await asyncio.sleep(0.05)
+
+
+async def _stop(controller: service.ControllerService,
+                links: list[asyncio.Task[pb.EndJob | None]]) -> None:
+    await controller.stop()
+    for link in links:
+        link.cancel()
+    await asyncio.gather(*links, return_exceptions=True)
+
+
+def _rejoin_node_1() -> pb.Register:
+    """Host 1 of a 2-host job (and a spare) registering again, looking 1 s for a controller."""
+    return pb.Register(job="job", node_rank=1, nnodes=2, max_nodes=3, nproc_per_node=2,
+                       host="host-1", recovery=RECOVERY,
+                       rejoin=pb.Rejoin(generation=1, wait=1.0))
 
 
 def _controller(tmp_path: Path, *, host_wait: float) -> service.ControllerService:
@@ -120,36 +160,19 @@ def test_a_host_started_after_the_takeover_wait_takes_the_missing_node_as_a_spar
         controller = _controller(tmp_path, host_wait=30.0)
         port = await controller.start("127.0.0.1:0")
         host, spare = FakeAgent(), FakeAgent()
-        spare.settings = types.SimpleNamespace(node_rank=None, spare=True)
         settings = joining.ClusterSettings(endpoint=f"127.0.0.1:{port}", nnodes=2,
                                            security=CLIENT)
-        register = pb.Register(job="job", node_rank=1, nnodes=2, max_nodes=3,
-                               nproc_per_node=2, host="host-1", recovery=RECOVERY,
-                               rejoin=pb.Rejoin(generation=1, wait=1.0))
-        rejoined, _ = await joining.rejoin(settings, register, within=10)
-        link_agent: Any = host
-        serving = [asyncio.create_task(controller_link.ControllerLink(
-            link_agent, rejoined.channel, host="host-1").serve())]
+        rejoined, _ = await joining.rejoin(settings, _rejoin_node_1(), within=10)
+        serving = [_link(host, rejoined, "host-1")]
         started = asyncio.get_running_loop().time()
         try:
             await asyncio.sleep(2.5)  # past the takeover's wait (1 s and the margin)
             assert controller.status().jobs, "the job waits for a spare, not stopped"
-            joined, placement = await joining.join(settings, pb.Register(
-                job="job", nnodes=2, max_nodes=3, nproc_per_node=2, host="host-2",
-                recovery=RECOVERY), on_retry=print)
-            assert placement.spare
-            spare_agent: Any = spare
-            serving.append(asyncio.create_task(controller_link.ControllerLink(
-                spare_agent, joined.channel, host="host-2").serve()))
-            async with asyncio.timeout(20):
-                while not any(name == "start" for name, _ in spare.calls):
-                    await asyncio.sleep(0.05)
+            serving.append(await _join_as_spare(settings, spare))
+            await _until_started(spare)
             took = asyncio.get_running_loop().time() - started
         finally:
-            await controller.stop()
-            for task in serving:
-                task.cancel()
-            await asyncio.gather(*serving, return_exceptions=True)
+            await _stop(controller, serving)
         return host.calls, spare.calls, took
 
     host_calls, spare_calls, took = asyncio.run(scenario())
@@ -175,3 +198,37 @@ def test_a_takeover_gives_up_on_missing_hosts_once_those_back_train_no_more() ->
     assert service.ControllerService._lost_in_takeover(job)
     host.training = True
     assert not service.ControllerService._lost_in_takeover(job)
+
+
+def test_a_new_host_reaching_the_new_leader_first_does_not_shut_out_those_that_rejoin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store holds the job's record (its controller went away): a spare started to replace
+    a lost host registers before the host that lived; that one is let in, and the spare takes
+    the lost node once the host trains no more."""
+    monkeypatch.setattr(service, "TAKEOVER_MARGIN", 0.5)
+
+    async def scenario() -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+        run_root = tmp_path / "controller"
+        run_root.mkdir()
+        store = sqlite_kv.SqliteKeyValueStore.open(run_root / service.KV_NAME)
+        await store.put(job_record.PREFIX + "job",
+                        job_record.JobRecord(job="job", generation=1).to_json())
+        await store.close()
+        controller = _controller(tmp_path, host_wait=10.0)
+        port = await controller.start("127.0.0.1:0")
+        host, spare = FakeAgent(), FakeAgent()
+        settings = joining.ClusterSettings(endpoint=f"127.0.0.1:{port}", nnodes=2,
+                                           security=CLIENT)
+        links = []
+        try:
+            links.append(await _join_as_spare(settings, spare))
+            rejoined, _ = await joining.rejoin(settings, _rejoin_node_1(), within=10)
+            links.append(_link(host, rejoined, "host-1"))
+            await _until_started(spare)
+        finally:
+            await _stop(controller, links)
+        return host.calls, spare.calls
+
+    host_calls, spare_calls = asyncio.run(scenario())
+    assert ("take_ranks", 0) in spare_calls
+    assert any(name == "start" for name, _ in host_calls), "the host that lived is in the job"

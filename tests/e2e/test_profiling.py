@@ -1,7 +1,8 @@
 """End to end (SPEC D10): a job started with light profiling records a mark around every
 step, forward pass, data-loader fetch and snapshot in each rank's files; switched to heavy
 while it runs (``trainguard profiling heavy``), it marks its all-reduces too, without a
-restart; a switch that cannot be read is refused naming the field."""
+restart; a switch that cannot be read is refused naming the field. Across hosts the
+controller switches every host (the original's TrainingDataTrace call)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.hosts import Cluster
 from tests.e2e.jobs import SCRIPTS, Job, Start
+from trainguard.store import sqlite
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +54,7 @@ def test_profiling_switched_while_the_job_runs_marks_what_the_switch_has_on(
     records = job.run_dir / "profiling" / "job"
     assert heavy.stdout == (f"profiling: CommunicationOperator, Step, SaveCheckpoint, FP, "
                             f"DataLoader (records under {records})\n")
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert "the profiling switch's FP is 'yes', expected \"on\" or \"off\"" in refused.stderr
     assert asked.stdout == heavy.stdout, "asked without a setting: what it is"
     switched, = job.events("profiling-switched")
@@ -68,3 +71,37 @@ def test_profiling_switched_while_the_job_runs_marks_what_the_switch_has_on(
         first_reduce = starts.index(next(r for r in starts if r["Domain"] == "communication"))
         assert any(r["Name"] == "forward" for r in starts[:first_reduce]), \
             "none before the switch"
+
+
+@pytest.mark.serial
+def test_across_hosts_the_controller_switches_the_profiling_of_every_host(
+        cluster: Cluster) -> None:
+    controller = cluster.start_controller()
+    script = [str(SCRIPTS / "inprocess_job.py"), "--profile", "--steps", str(STEPS),
+              "--step-sleep", "0.1"]
+    hosts = [cluster.host(node, "--nproc-per-node", "2", *script) for node in (0, 1)]
+    hosts[0].wait_for("stepping", lambda: controller.events("job", "generation-started"))
+    switched = subprocess.run(
+        [sys.executable, "-m", "trainguard", "profiling", "--controller", controller.endpoint,
+         "--insecure", "--job", "default/job", "heavy"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
+
+    assert (switched.returncode, switched.stdout) == (0, (
+        "code 200: job job: profiling CommunicationOperator, Step, SaveCheckpoint, FP, "
+        "DataLoader\n")), switched.stderr
+    for host, ranks in zip(hosts, ((0, 1), (2, 3)), strict=True):
+        for rank in ranks:
+            starts = _starts(host.run_dir / "profiling" / "job" / str(rank))
+            names = [record["Name"] for record in starts if record["Domain"] == "default"]
+            steps = [int(n.split()[1]) for n in names if n.startswith("step")]
+            assert steps == list(range(steps[0], STEPS)), "every step from the switch on"
+            assert steps[0] > 0, "off until switched"
+            assert any(record["Domain"] == "communication" for record in starts)
+    store = sqlite.SqliteStore.open(controller.run_root / "job" / "state.db", read_only=True)
+    try:
+        document = store.get_document("data-trace-job")
+    finally:
+        store.close()
+    assert document is not None
+    assert json.loads(document.data["profilingSwitch"])["CommunicationOperator"] == "on"

@@ -12,11 +12,18 @@ from hypothesis import strategies as st
 from trainguard.job.profiling_switch import PRESETS, ProfilingSwitch, SwitchError
 
 
-@given(st.builds(ProfilingSwitch, st.booleans(), st.booleans(), st.booleans(), st.booleans(),
-                 st.booleans()))
-def test_every_switch_reads_back_from_the_json_it_writes(switch: ProfilingSwitch) -> None:
+@given(st.dictionaries(st.sampled_from(list(ProfilingSwitch.NAMES)),
+                       st.sampled_from(["on", "off", ""])))
+def test_the_light_marks_go_together_and_the_switch_reads_back_from_its_json(
+        fields: dict[str, str]) -> None:
+    """As the original: any mark on turns Step, SaveCheckpoint, FP and DataLoader on; the
+    communication operators follow their own field."""
+    switch = ProfilingSwitch.from_fields(fields)
+    on = {name for name, value in fields.items() if value == "on"}
+    assert switch == (PRESETS["off"] if not on else PRESETS["heavy"]
+                      if "CommunicationOperator" in on else PRESETS["light"])
     assert ProfilingSwitch.from_json(switch.to_json()) == switch
-    assert ProfilingSwitch.parse(switch.to_json()) == switch
+    assert ProfilingSwitch.parse(json.dumps(fields)) == switch
 
 
 def test_it_writes_every_field_by_the_original_names() -> None:
@@ -33,8 +40,9 @@ def test_the_presets_are_the_original_diagnosis_levels() -> None:
     assert ProfilingSwitch.parse(" Heavy ") == PRESETS["heavy"]
 
 
-def test_a_field_left_out_is_off() -> None:
-    assert ProfilingSwitch.from_json('{"Step": "on"}') == ProfilingSwitch(step=True)
+def test_a_field_left_out_is_off_and_one_mark_on_is_light() -> None:
+    assert ProfilingSwitch.from_json('{"Step": "on"}') == PRESETS["light"]
+    assert ProfilingSwitch.from_json('{"Step": "off"}') == PRESETS["off"]
 
 
 @pytest.mark.parametrize(("text", "said"), [

@@ -25,6 +25,7 @@ def test_the_committed_generated_code_is_not_stale(tmp_path: Path) -> None:
     written: list[Path] = generator.generate(tmp_path)  # type: ignore[attr-defined]
     assert [path.name for path in written] == ["control_pb2.py", "control_pb2.pyi",
                                               "helpers_pb2.py", "helpers_pb2.pyi",
+                                              "profiling_pb2.py", "profiling_pb2.pyi",
                                               "pubfault_pb2.py", "pubfault_pb2.pyi",
                                               "worker_pb2.py", "worker_pb2.pyi"]
     stale = [path.name for path in written

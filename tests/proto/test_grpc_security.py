@@ -17,7 +17,7 @@ import pytest
 
 from tests.certificates import Authority
 from trainguard.proto import control_pb2 as pb
-from trainguard.proto import grpc_channel, grpc_security, pubfault_pb2
+from trainguard.proto import grpc_channel, grpc_security, profiling_pb2, pubfault_pb2
 
 T = TypeVar("T")
 SENDER_TOKEN = "sender-token-0123456789"
@@ -41,6 +41,7 @@ class Served:
     def __init__(self) -> None:
         self.public_faults: list[pubfault_pb2.PublicFaultRequest] = []
         self.statuses = 0
+        self.switched: list[str] = []
 
     def status(self) -> pb.ClusterStatus:
         self.statuses += 1
@@ -51,13 +52,22 @@ class Served:
         self.public_faults.append(request)
         return pubfault_pb2.RespStatus(code=0, info="public fault send successfully")
 
+    async def modify(self, request: profiling_pb2.DataTypeReq) -> profiling_pb2.DataTypeRes:
+        self.switched.append(request.jobNsName)
+        return profiling_pb2.DataTypeRes(code=200)
+
+    def get(self, request: profiling_pb2.DataStatusReq) -> profiling_pb2.DataStatusRes:
+        self.switched.append(request.jobNsName)
+        return profiling_pb2.DataStatusRes(code=200)
+
 
 def _serve(security: grpc_security.ServerSecurity,
            test: Callable[[str, Served], Awaitable[T]]) -> tuple[T, Served]:
     async def scenario() -> T:
         server = grpc_channel.ControlServer(lambda *_: asyncio.sleep(0), security=security,
                                             on_status=served.status,
-                                            on_public_fault=served.public_fault)
+                                            on_public_fault=served.public_fault,
+                                            data_trace=served)
         port = await server.start("127.0.0.1:0")
         try:
             return await test(f"127.0.0.1:{port}", served)
@@ -217,6 +227,31 @@ def test_an_insecure_controller_warns_at_every_start_and_still_checks_its_tokens
     warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("INSECURE")]
     assert len(warnings) == 2
     assert "anyone who reaches it can read its traffic and forge tokens" in warnings[0]
+
+
+def test_only_an_operator_switches_or_reads_a_jobs_profiling(tmp_path: Path) -> None:
+    """The original's TrainingDataTrace calls, at the original's paths (no package)."""
+    security = grpc_security.ServerSecurity(
+        insecure=True, access=grpc_security.AccessPolicy.load(_access(tmp_path / "a.json")))
+
+    async def test(address: str, served: Served) -> list[str]:
+        def client(token: str) -> grpc_security.ClientSecurity:
+            return grpc_security.ClientSecurity(insecure=True, token=token)
+
+        modify = profiling_pb2.DataTypeReq(jobNsName="default/job7")
+        get = profiling_pb2.DataStatusReq(jobNsName="default/job7")
+        return [await _code(grpc_channel.switch_profiling(
+                    address, modify, timeout=10, security=client(token)))
+                for token in (OPERATOR_TOKEN, SENDER_TOKEN, AGENT_TOKEN)] + [
+                await _code(grpc_channel.profiling_status(
+                    address, get, timeout=10, security=client(token)))
+                for token in (OPERATOR_TOKEN, SENDER_TOKEN)]
+
+    codes, served = _serve(security, test)
+    assert [code.split(":")[0] for code in codes] == [
+        "OK", "PERMISSION_DENIED", "PERMISSION_DENIED", "OK", "PERMISSION_DENIED"]
+    assert "/TrainingDataTrace/ModifyTrainingDataTraceSwitch: it needs operator" in codes[1]
+    assert served.switched == ["default/job7", "default/job7"]
 
 
 def test_without_tls_or_insecure_the_controller_does_not_start() -> None:

@@ -16,6 +16,7 @@ import time
 
 from trainguard.agent import node_agent, rendezvous_stores, workers
 from trainguard.faults import process
+from trainguard.job import profiling_switch
 from trainguard.proto import channel as channels
 from trainguard.proto import codec, versioned
 from trainguard.proto import control_pb2 as pb
@@ -122,6 +123,8 @@ class ControllerLink:
                 await agent.flush_checkpoints()
             elif kind == "persist":
                 ack.persisted.durable = await agent.persist(command.persist.step)
+            elif kind == "profiling":
+                agent.switch_profiling(command.profiling.switch)
             else:
                 ack.failed.error = f"a command this agent does not know: {kind}"
                 return ack
@@ -130,7 +133,8 @@ class ControllerLink:
                 ack.generation.CopyFrom(_generation(agent, agent.generation))
             elif kind not in ("dump", "host_store", "persist"):
                 ack.done.SetInParent()
-        except (process.RecoveryError, rendezvous_stores.RendezvousError) as error:
+        except (process.RecoveryError, rendezvous_stores.RendezvousError,
+                profiling_switch.SwitchError) as error:
             ack.refused.reason = str(error)
             return ack
         except Exception as error:

@@ -1,23 +1,28 @@
 """The flags that say how a command reaches the controller's gRPC server, and how the
 controller authenticates its callers: one definition for ``trainguard controller``,
 ``trainguard run`` (argparse, torchrun's parser), ``trainguard status`` and
-``trainguard faults send``. See README "Deploying securely" and
+``trainguard faults send``, ``trainguard devices``, ``trainguard profiling``; and how those
+commands take its answer (:func:`ask`). See README "Deploying securely" and
 :mod:`trainguard.proto.grpc_security`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from trainguard.proto import grpc_security
+from trainguard.proto import grpc_channel, grpc_security
 
 __all__ = ["ENVIRONMENT", "ClientCa", "ClientCert", "ClientInsecure", "ClientKey", "TokenFile",
-           "add_client_arguments", "client_from_arguments", "client_security"]
+           "add_client_arguments", "ask", "client_from_arguments", "client_security"]
+
+T = TypeVar("T")
 
 _HELP = {
     "tls_ca": "The CA certificate (PEM) that signed the controller's certificate: the "
@@ -90,3 +95,13 @@ def client_from_arguments(arguments: argparse.Namespace) -> grpc_security.Client
     return grpc_security.ClientSecurity.from_files(
         ca=path("tls_ca"), certificate=path("tls_cert"), key=path("tls_key"),
         token_file=path("token_file"), insecure=arguments.access__insecure)
+
+
+def ask(call: Coroutine[Any, Any, T]) -> T:
+    """The controller's answer to ``call``; a call it refused, or one that did not reach it,
+    ends the command with exit code 1, saying why."""
+    try:
+        return asyncio.run(call)
+    except grpc_channel.CallRefusedError as error:
+        typer.echo(f"trainguard: {error}", err=True)
+        raise typer.Exit(1) from error

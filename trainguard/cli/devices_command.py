@@ -8,7 +8,6 @@ it (a fault repeated within its window), so that a new job may use it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Annotated
 
@@ -60,12 +59,8 @@ devices_app.command("release", help=(
 def _ask(node: str, device: int, *, reason: str, separate: bool, controller: str,
          security: grpc_security.ClientSecurity) -> None:
     request = pb.DeviceRequest(node=node, device=device, reason=reason)
-    try:
-        answer = asyncio.run(grpc_channel.device_request(
-            controller, request, separate=separate, timeout=10.0, security=security))
-    except grpc_channel.CallRefusedError as error:
-        typer.echo(f"trainguard: {error}", err=True)
-        raise typer.Exit(1) from error
+    answer = controller_access.ask(grpc_channel.device_request(
+        controller, request, separate=separate, timeout=10.0, security=security))
     if not answer.ok:
         typer.echo(f"trainguard: {answer.text}", err=True)
         raise typer.Exit(1)

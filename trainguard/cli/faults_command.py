@@ -3,7 +3,6 @@ for operators, and the operator's client of the controller's PubFault service.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -207,12 +206,8 @@ def send(
     except ValueError as error:
         typer.echo(f"trainguard: {message_file or 'the message'}: {error}", err=True)
         raise typer.Exit(2) from error
-    try:
-        answer = asyncio.run(grpc_channel.send_public_fault(controller, request, timeout=10.0,
-                                                            security=security))
-    except grpc_channel.CallRefusedError as error:
-        typer.echo(f"trainguard: {error}", err=True)
-        raise typer.Exit(1) from error
+    answer = controller_access.ask(grpc_channel.send_public_fault(
+        controller, request, timeout=10.0, security=security))
     typer.echo(f"code {answer.code}: {answer.info}")
     if answer.code != 0:
         raise typer.Exit(1)

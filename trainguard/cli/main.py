@@ -17,6 +17,7 @@ from trainguard.cli import (
     events_command,
     faults_command,
     logs,
+    profiling_command,
     report_command,
     run_command,
     runs,
@@ -128,32 +129,6 @@ def inject(
     typer.echo(detail)
 
 
-@app.command("profiling")
-def profiling(
-    setting: Annotated[str | None, typer.Argument(metavar="SETTING", help=(
-        "light: a mark around each step, forward pass, data-loader fetch and checkpoint save; "
-        "heavy: also each gradient all-reduce; off: none; or the original's profilingSwitch "
-        "JSON, each of CommunicationOperator, Step, SaveCheckpoint, FP, DataLoader \"on\" or "
-        "\"off\". Left out: say what is on."))] = None,
-    *,
-    run_dir: RunDir = None,
-    run_root: RunRoot = run_command.DEFAULT_RUN_ROOT,
-) -> None:
-    """Switch the lightweight profiling of a running job, without a restart (D10).
-
-    Each rank appends its marks to RUN_DIR/profiling/TASK/RANK/ (one JSON record a line, as
-    the original's training agent writes them; docs/profiling.md). Forward passes, data-loader
-    fetches and all-reduces are marked only where the script hands them to its session
-    (session.profiling.watch_forward, loader, watch_communication).
-    """
-    directory = runs.resolve(run_dir, run_root, marker=node_agent.AGENT_FILE)
-    try:
-        typer.echo(control.switch_profiling(directory, setting or ""))
-    except control.ControlError as error:
-        typer.echo(f"trainguard: {error}", err=True)
-        raise typer.Exit(1) from error
-
-
 @app.command(
     "run", add_help_option=False,
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -163,6 +138,7 @@ def run(context: typer.Context) -> None:
 
 
 app.command("controller")(controller_command.controller)
+app.command("profiling")(profiling_command.profiling)
 app.command("demo")(demo_command.demo)
 app.command("events")(events_command.show_events)
 app.command("status")(status_command.status)

@@ -260,6 +260,11 @@ class AgentProxy:
         """This spare host takes node ``node_rank``'s ranks."""
         await self._command(take_ranks=pb.TakeRanks(node_rank=node_rank))
 
+    async def switch_profiling(self, switch: str) -> None:
+        """The host's ranks, and every process it starts, record the lightweight-profiling
+        marks ``switch`` (the original's JSON) has on."""
+        await self._command(profiling=pb.Profiling(switch=switch))
+
     async def leave(self, *, replace: Collection[int]) -> None:
         await self._command(leave=pb.Leave(replace=sorted(replace)))
 

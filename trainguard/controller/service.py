@@ -45,6 +45,7 @@ from trainguard import names, owner_only
 from trainguard.controller import (
     agent_proxy,
     cluster_agents,
+    data_trace,
     device_levels,
     device_reports,
     fault_config,
@@ -62,7 +63,7 @@ from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.node import node_faults
 from trainguard.faults.public import public_faults
-from trainguard.job import events
+from trainguard.job import events, profiling_switch
 from trainguard.proto import channel as channels
 from trainguard.proto import (
     codec,
@@ -81,6 +82,7 @@ __all__ = ["REGISTER_TIMEOUT", "ControllerService", "JoinError", "recovery_from_
 logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT = 10.0  # seconds a new stream has to register before it is closed
+RECORD_TIMEOUT = 2.0  # seconds a first registration waits to learn if its job ran elsewhere
 DISMISS_TIMEOUT = 30.0
 """Seconds a host taken out of its job (its node UnHealthy, its job not taken over) has to
 stop its workers and end."""
@@ -156,9 +158,11 @@ class _ClusterJob:
     Places 0..nnodes-1 are the nodes that hold ranks; a host at a place past them, or any
     host joining once the job runs, is a spare (its place names only its run directory)."""
 
-    def __init__(self, first: pb.Register) -> None:
+    def __init__(self, first: pb.Register, *, running: bool = False) -> None:
+        """``running``: the store holds its record, left by a controller that went away (its
+        first host to register may be a new one, not one that registers again)."""
         self.first = first
-        self.adopting = first.HasField("rejoin")
+        self.adopting = running or first.HasField("rejoin")
         """Its hosts ran it under a controller that went away, and join this one again."""
         self.hosts: dict[int, agent_proxy.AgentProxy] = {}
         self.spares = spare_pool.SparePool()
@@ -169,6 +173,14 @@ class _ClusterJob:
         """Nodes whose host did not register again in a takeover: a spare holds them."""
         self.started = False
         self.ended = asyncio.Event()
+        self.profiling = profiling_switch.ProfilingSwitch()
+        """Its lightweight-profiling marks (controller.data_trace)."""
+        self.recorder: recorder.EventRecorder | None = None  # once it runs
+
+    def connected(self) -> list[agent_proxy.AgentProxy]:
+        """Its hosts and spares still connected."""
+        return [proxy for proxy in self.hosts.values() if proxy.gone is None] + \
+            self.spares.waiting()
 
     def admit(self, register: pb.Register) -> tuple[int, bool]:
         """The place ``register`` gets, and whether it is a spare.
@@ -188,15 +200,11 @@ class _ClusterJob:
         if rejoining and self.started and not register.rejoin.spare:
             raise JoinError(f"host {register.host} rejoins job {job} holding node "
                             f"{register.node_rank}, which runs here without it")
-        # A job being taken over keeps its nodes for the hosts that held them: a host new to
-        # it joins as a spare (one may be started to replace a host that does not return).
-        new_spare = self.adopting and not rejoining and not self.started
-        if new_spare and register.HasField("node_rank") and register.node_rank < register.nnodes:
-            raise JoinError(
-                f"host {register.host} claims node rank {register.node_rank} of job {job}, "
-                "which is being taken over from this controller: its host may yet register "
-                f"again; start this one as a spare (--node-rank {register.nnodes} or more, or "
-                "none), or try again once the job runs")
+        # A job being taken over keeps its nodes for the hosts that held them, as far as it
+        # can: a host new to it without a node rank takes a spare place first (one may be
+        # started to replace a host that does not return). One that names a node takes it
+        # (the job started again anew, its hosts gone with their controller).
+        new_first = self.adopting and not rejoining and not self.started
         places = max(register.max_nodes, register.nnodes)
         if register.HasField("node_rank"):
             place = register.node_rank
@@ -207,16 +215,14 @@ class _ClusterJob:
                 raise JoinError(f"host {register.host} claims node rank {place} of job {job}, "
                                 f"which host {self.claimed[place]} holds")
         else:
-            nodes_first = range(places) if self.started else range(register.nnodes)
-            free = [n for n in range(register.nnodes, places) if n not in self.claimed] if \
-                new_spare else [n for n in nodes_first if n not in self.claimed] or [
-                    n for n in range(places) if n not in self.claimed]
+            first_free = (range(places) if self.started else range(register.nnodes, places)
+                          if new_first else range(register.nnodes))
+            free = [n for n in first_free if n not in self.claimed] or [
+                n for n in range(places) if n not in self.claimed]
             if not free:
                 raise JoinError(f"host {register.host} may not join job {job}: its "
                                 f"{register.nnodes} hosts and {places - register.nnodes} "
-                                "spares are all there" + (
-                                    " while it is taken over: try again once it runs"
-                                    if new_spare else ""))
+                                "spares are all there")
             place = free[0]
         self.claimed[place] = register.host
         if rejoining:
@@ -288,10 +294,11 @@ class ControllerService:
         self._on_event = on_event
         self._jobs: dict[str, _ClusterJob] = {}
         self._runs: set[asyncio.Task[None]] = set()
+        self.data_trace = data_trace.DataTrace(self._jobs.get)
         self._server = grpc_channel.ControlServer(
             self._agent_joined, security=settings.security, on_status=self.status,
             on_public_fault=self._public_fault, on_devices=self._take_devices,
-            on_device_request=self._device_request,
+            on_device_request=self._device_request, data_trace=self.data_trace,
             lease=settings.host_lease)
         self._fault_config = (fault_config.FaultConfigDirectory(settings.fault_config_dir)
                               if settings.fault_config_dir is not None else None)
@@ -542,7 +549,10 @@ class ControllerService:
             channel.send(versioned.serialize(pb.Envelope(registered=pb.Registered(
                 refused=pb.Refusal(reason=str(error))))))
             return
-        job = self._jobs.setdefault(register.job, _ClusterJob(register))
+        job = self._jobs.get(register.job)
+        if job is None:
+            running = await self._was_running(register.job)
+            job = self._jobs.setdefault(register.job, _ClusterJob(register, running=running))
         try:
             unhealthy = self._intake.unhealthy(register.host) if self._intake else None
             if unhealthy is not None:
@@ -567,12 +577,17 @@ class ControllerService:
                                register.host, place, register.job, error)
                 return
             what = "as a spare" if spare else f"as node {place}"
+            if job.profiling.any:  # before it holds ranks: its processes start with it
+                await self.data_trace.tell(job, [proxy])
             if spare:
                 job.spares.add(proxy)
             else:
                 job.hosts[place] = proxy
             if job.adopting and not job.started and len(job.hosts) + len(job.spares) == 1:
-                wait = job.first.rejoin.wait + TAKEOVER_MARGIN
+                # A new host first: those that register again do so within seconds, but
+                # their wait is not known yet.
+                wait = (job.first.rejoin.wait if job.first.HasField("rejoin")
+                        else self.settings.host_wait) + TAKEOVER_MARGIN
                 bound = asyncio.create_task(self._bound_takeover(job, wait),
                                             name=f"job-{register.job}-takeover")
                 self._runs.add(bound)
@@ -601,6 +616,21 @@ class ControllerService:
         finally:
             job.release(place)
             await proxy.close()
+
+    async def _was_running(self, name: str) -> bool:
+        """Whether the store holds a record of job ``name``: a controller that went away
+        ran it (a record goes when its job ends). A store that cannot say counts as no."""
+        if self._store is None:
+            return False
+        try:
+            return await asyncio.wait_for(job_record.load(self._store, name),
+                                          RECORD_TIMEOUT) is not None
+        except ValueError:  # there, if unreadable
+            return True
+        except (TimeoutError, kv.UnavailableError) as error:
+            logger.warning("job %s: the store did not say whether it ran under another "
+                           "controller (%s); taken as new", name, error or "no answer in time")
+            return False
 
     def _start(self, job: _ClusterJob) -> None:
         """Run ``job``, a host at every node: no host joins it but as a spare from now."""
@@ -729,7 +759,8 @@ class ControllerService:
         record = job_record.JobJournal(journal, first.job)
         if job.adopting:
             await self._take_events(record, store)
-        events_recorder = recorder.EventRecorder(store, self._clock, mirror=record.event)
+        events_recorder = job.recorder = recorder.EventRecorder(store, self._clock,
+                                                                mirror=record.event)
         if self._on_event is not None:
             events_recorder.subscribe(self._on_event)
         agents = job.agents = cluster_agents.ClusterAgents(

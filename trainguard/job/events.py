@@ -429,10 +429,11 @@ class ProfilingSwitched(Event):
     KIND: ClassVar[str] = "profiling-switched"
     profiling_switch: str  # the original's profilingSwitch JSON
     marks: str  # the marks on, by the original's names, or "off"
-    directory: str  # the task's folder of records: <profiling dir>/<task id>
+    directory: str | None  # the task's folder of records; None: each host's (a controller's)
 
     def summary(self) -> str:
-        return f"profiling: {self.marks} (records under {self.directory})"
+        where = f" (records under {self.directory})" if self.directory else ""
+        return f"profiling: {self.marks}{where}"
 
 
 def known_kinds() -> list[str]:

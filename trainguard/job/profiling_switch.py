@@ -2,8 +2,9 @@
 ``ProfilingSwitch``, the JSON of the ``data-trace-<job>`` document's ``profilingSwitch`` key,
 each mark ``"on"`` or ``"off"``.
 
-Step, SaveCheckpoint, FP and DataLoader go together in the original's "light" profiling; the
-communication operators are the "heavy" part, switched on apart (the slow-node diagnosis turns
+As in the original, Step, SaveCheckpoint, FP and DataLoader go together (its "light"
+profiling): a switch with any mark on has those four on, and all off turns every mark off. The
+communication operators are the "heavy" part, switched apart (the slow-node diagnosis turns
 them on only while it confirms a slow rank).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import ClassVar
 
 __all__ = ["PRESETS", "ProfilingSwitch", "SwitchError"]
@@ -39,16 +41,14 @@ class ProfilingSwitch:
 
     def to_json(self) -> str:
         """As the original writes it: every field, ``"on"`` or ``"off"``."""
-        return json.dumps({name: "on" if getattr(self, field) else "off"
-                           for name, field in self.NAMES.items()})
+        return json.dumps(self.fields())
 
     @classmethod
     def from_json(cls, text: str) -> ProfilingSwitch:
-        """The original's JSON; a field left out is off, as the original reads it.
+        """The original's JSON (:meth:`from_fields`).
 
         Raises:
-            SwitchError: not a JSON object, an unknown field, or a value other than "on" or
-                "off" (named).
+            SwitchError: not a JSON object, or a field :meth:`from_fields` refuses.
         """
         try:
             fields = json.loads(text)
@@ -57,16 +57,35 @@ class ProfilingSwitch:
         if not isinstance(fields, dict):
             raise SwitchError("the profiling switch must be a JSON object, got "
                               f"{type(fields).__name__}")
-        values = {}
+        return cls.from_fields(fields)
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, object]) -> ProfilingSwitch:
+        """The switch the original's fields make: a field left out or empty is off; any mark
+        on turns the four light ones on.
+
+        Raises:
+            SwitchError: an unknown field, or a value other than "on", "off" or empty (named).
+        """
+        on = set()
         for name, value in fields.items():
             if name not in cls.NAMES:
                 raise SwitchError(f"the profiling switch has an unknown field {name!r}; known: "
                                   f"{', '.join(cls.NAMES)}")
-            if value not in ("on", "off"):
+            if value not in ("on", "off", ""):
                 raise SwitchError(f"the profiling switch's {name} is {value!r}, expected "
                                   "\"on\" or \"off\"")
-            values[cls.NAMES[name]] = value == "on"
-        return cls(**values)
+            if value == "on":
+                on.add(cls.NAMES[name])
+        if not on:
+            return cls()
+        return cls(communication_operator="communication_operator" in on, step=True,
+                   save_checkpoint=True, fp=True, dataloader=True)
+
+    def fields(self) -> dict[str, str]:
+        """The original's fields, each "on" or "off"."""
+        return {name: "on" if getattr(self, field) else "off"
+                for name, field in self.NAMES.items()}
 
     @classmethod
     def parse(cls, text: str) -> ProfilingSwitch:

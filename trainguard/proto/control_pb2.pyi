@@ -153,7 +153,7 @@ class Placement(_message.Message):
     def __init__(self, node_rank: _Optional[int] = ..., nnodes: _Optional[int] = ..., spare: _Optional[bool] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe", "host_store", "leave", "end_job", "take_ranks", "persist")
+    __slots__ = ("id", "start_generation", "recover", "dump", "complete_snapshots", "stop_workers", "stop_at", "settle", "flush_checkpoints", "describe", "host_store", "leave", "end_job", "take_ranks", "persist", "profiling")
     ID_FIELD_NUMBER: _ClassVar[int]
     START_GENERATION_FIELD_NUMBER: _ClassVar[int]
     RECOVER_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,7 @@ class Command(_message.Message):
     END_JOB_FIELD_NUMBER: _ClassVar[int]
     TAKE_RANKS_FIELD_NUMBER: _ClassVar[int]
     PERSIST_FIELD_NUMBER: _ClassVar[int]
+    PROFILING_FIELD_NUMBER: _ClassVar[int]
     id: int
     start_generation: StartGeneration
     recover: Recover
@@ -184,7 +185,14 @@ class Command(_message.Message):
     end_job: EndJob
     take_ranks: TakeRanks
     persist: Persist
-    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., host_store: _Optional[_Union[HostStore, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., end_job: _Optional[_Union[EndJob, _Mapping]] = ..., take_ranks: _Optional[_Union[TakeRanks, _Mapping]] = ..., persist: _Optional[_Union[Persist, _Mapping]] = ...) -> None: ...
+    profiling: Profiling
+    def __init__(self, id: _Optional[int] = ..., start_generation: _Optional[_Union[StartGeneration, _Mapping]] = ..., recover: _Optional[_Union[Recover, _Mapping]] = ..., dump: _Optional[_Union[Dump, _Mapping]] = ..., complete_snapshots: _Optional[_Union[CompleteSnapshots, _Mapping]] = ..., stop_workers: _Optional[_Union[StopWorkers, _Mapping]] = ..., stop_at: _Optional[_Union[StopAt, _Mapping]] = ..., settle: _Optional[_Union[Settle, _Mapping]] = ..., flush_checkpoints: _Optional[_Union[FlushCheckpoints, _Mapping]] = ..., describe: _Optional[_Union[Describe, _Mapping]] = ..., host_store: _Optional[_Union[HostStore, _Mapping]] = ..., leave: _Optional[_Union[Leave, _Mapping]] = ..., end_job: _Optional[_Union[EndJob, _Mapping]] = ..., take_ranks: _Optional[_Union[TakeRanks, _Mapping]] = ..., persist: _Optional[_Union[Persist, _Mapping]] = ..., profiling: _Optional[_Union[Profiling, _Mapping]] = ...) -> None: ...
+
+class Profiling(_message.Message):
+    __slots__ = ("switch",)
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    switch: str
+    def __init__(self, switch: _Optional[str] = ...) -> None: ...
 
 class Persist(_message.Message):
     __slots__ = ("step",)

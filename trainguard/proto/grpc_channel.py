@@ -7,8 +7,9 @@ Each agent's :class:`~trainguard.proto.channel.Channel` is one ``Control.Connect
 ``Control.SeparateDevice`` and ``ReleaseDevice`` ``trainguard devices`` (:func:`device_request`),
 and
 ``PubFault.SendPublicFault`` (pubfault.proto) takes public faults from other senders
-(:func:`send_public_fault`). Every call is authenticated and its role checked first
-(:mod:`.grpc_security`); the server takes messages up to
+(:func:`send_public_fault`), and ``TrainingDataTrace`` (profiling.proto) switches a job's
+profiling (:func:`switch_profiling`, :func:`profiling_status`). Every call is authenticated
+and its role checked first (:mod:`.grpc_security`); the server takes messages up to
 :data:`~.grpc_security.MAX_MESSAGE_BYTES`.
 """
 
@@ -27,12 +28,13 @@ from google.protobuf import message as protobuf_message
 
 from trainguard.proto import channel as channels
 from trainguard.proto import control_pb2 as pb
-from trainguard.proto import grpc_security, pubfault_pb2, versioned
+from trainguard.proto import grpc_security, profiling_pb2, pubfault_pb2, versioned
 
-__all__ = ["AGENT_LEASE", "REPORT_DEVICES", "AgentConnection", "CallRefusedError",
-           "ControlServer", "DeviceReportHandler", "DeviceRequestHandler", "PublicFaultHandler",
-           "cluster_status", "connect", "device_request", "report_devices",
-           "send_public_fault"]
+__all__ = ["AGENT_LEASE", "GET_DATA_TRACE", "MODIFY_DATA_TRACE", "REPORT_DEVICES",
+           "AgentConnection", "CallRefusedError", "ControlServer", "DataTraceHandler",
+           "DeviceReportHandler", "DeviceRequestHandler", "PublicFaultHandler",
+           "cluster_status", "connect", "device_request", "profiling_status",
+           "report_devices", "send_public_fault", "switch_profiling"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,18 @@ _SEND_PUBLIC_FAULT = f"/{_PUBFAULT.full_name}/SendPublicFault"
 
 PublicFaultHandler = Callable[[pubfault_pb2.PublicFaultRequest],
                               Awaitable[pubfault_pb2.RespStatus]]
+_DATA_TRACE = profiling_pb2.DESCRIPTOR.services_by_name["TrainingDataTrace"]
+MODIFY_DATA_TRACE = f"/{_DATA_TRACE.full_name}/ModifyTrainingDataTraceSwitch"
+GET_DATA_TRACE = f"/{_DATA_TRACE.full_name}/GetTrainingDataTraceSwitch"
+
+
+class DataTraceHandler(Protocol):
+    """Switches a job's lightweight profiling, and says what it is (profiling.proto)."""
+
+    def modify(self, request: profiling_pb2.DataTypeReq) -> Awaitable[profiling_pb2.DataTypeRes]:
+        ...
+
+    def get(self, request: profiling_pb2.DataStatusReq) -> profiling_pb2.DataStatusRes: ...
 DeviceReportHandler = Callable[[pb.DeviceReport], Awaitable[pb.DeviceReportAck]]
 
 
@@ -116,13 +130,15 @@ class ControlServer:
                  on_public_fault: PublicFaultHandler | None = None,
                  on_devices: DeviceReportHandler | None = None,
                  on_device_request: DeviceRequestHandler | None = None,
+                 data_trace: DataTraceHandler | None = None,
                  lease: float = AGENT_LEASE) -> None:
         """``lease``: seconds an agent's connection may stay silent before its stream ends
         (it is pinged every half of it; a ping unanswered within half of it ends it);
         ``on_status``: what ``Control.Status`` answers; ``on_public_fault``: takes a public
         fault message whose caller may send as its sender (None: the service is not
         offered); ``on_devices``: takes a host's device report (None: refused);
-        ``on_device_request``: an operator's separation or release (None: refused)."""
+        ``on_device_request``: an operator's separation or release (None: refused);
+        ``data_trace``: the jobs' profiling switches (None: the service is not offered)."""
         self._on_agent = on_agent
         self._on_status = on_status
         self._on_public_fault = on_public_fault
@@ -158,6 +174,19 @@ class ControlServer:
                 {"SendPublicFault": grpc.unary_unary_rpc_method_handler(
                     self._send_public_fault,
                     response_serializer=pubfault_pb2.RespStatus.SerializeToString)}))
+        if data_trace is not None:
+            async def get(request: profiling_pb2.DataStatusReq,
+                          _: object) -> profiling_pb2.DataStatusRes:
+                return data_trace.get(request)
+
+            handlers.append(grpc.method_handlers_generic_handler(_DATA_TRACE.full_name, {
+                "ModifyTrainingDataTraceSwitch": grpc.unary_unary_rpc_method_handler(
+                    lambda request, _: data_trace.modify(request),
+                    request_deserializer=profiling_pb2.DataTypeReq.FromString,
+                    response_serializer=profiling_pb2.DataTypeRes.SerializeToString),
+                "GetTrainingDataTraceSwitch": grpc.unary_unary_rpc_method_handler(
+                    get, request_deserializer=profiling_pb2.DataStatusReq.FromString,
+                    response_serializer=profiling_pb2.DataStatusRes.SerializeToString)}))
         self._server.add_generic_rpc_handlers(tuple(handlers))
         self.port = 0
 
@@ -320,6 +349,32 @@ async def send_public_fault(address: str, request: pubfault_pb2.PublicFaultReque
             call before looking at the message (credentials, role, size).
     """
     return await _unary(address, _SEND_PUBLIC_FAULT, request, pubfault_pb2.RespStatus,
+                        timeout=timeout, security=security)
+
+
+async def switch_profiling(address: str, request: profiling_pb2.DataTypeReq, *,
+                           timeout: float, security: grpc_security.ClientSecurity
+                           ) -> profiling_pb2.DataTypeRes:
+    """Switch a job's lightweight profiling (``TrainingDataTrace.ModifyTrainingDataTraceSwitch``);
+    the controller's answer (code 200: done).
+
+    Raises:
+        CallRefusedError: it could not be reached within ``timeout`` seconds, or refused the
+            call (credentials, role).
+    """
+    return await _unary(address, MODIFY_DATA_TRACE, request, profiling_pb2.DataTypeRes,
+                        timeout=timeout, security=security)
+
+
+async def profiling_status(address: str, request: profiling_pb2.DataStatusReq, *,
+                           timeout: float, security: grpc_security.ClientSecurity
+                           ) -> profiling_pb2.DataStatusRes:
+    """A job's lightweight-profiling switch (``TrainingDataTrace.GetTrainingDataTraceSwitch``).
+
+    Raises:
+        CallRefusedError: as :func:`switch_profiling`.
+    """
+    return await _unary(address, GET_DATA_TRACE, request, profiling_pb2.DataStatusRes,
                         timeout=timeout, security=security)
 
 

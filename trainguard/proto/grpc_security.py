@@ -22,6 +22,7 @@ Roles and their calls (:data:`METHOD_ROLES`): ``agent`` opens a host's stream
 (``Control.Connect``) and reports its devices (``Control.ReportDevices``); ``operator`` reads
 the cluster (``Control.Status``), separates and releases devices (``Control.SeparateDevice``,
 ``Control.ReleaseDevice``) and may send public faults as any sender;
+switches and reads a job's profiling (``TrainingDataTrace``);
 ``public-fault-sender`` sends public faults (``PubFault.SendPublicFault``) only as the senders
 (``resource``) its entry lists. A method not listed is refused to everyone.
 
@@ -89,6 +90,8 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/trainguard.control.v1.Control/SeparateDevice": frozenset({Role.OPERATOR}),
     "/trainguard.control.v1.Control/ReleaseDevice": frozenset({Role.OPERATOR}),
     "/pubfault.PubFault/SendPublicFault": frozenset({Role.OPERATOR, Role.PUBLIC_FAULT_SENDER}),
+    "/TrainingDataTrace/ModifyTrainingDataTraceSwitch": frozenset({Role.OPERATOR}),
+    "/TrainingDataTrace/GetTrainingDataTraceSwitch": frozenset({Role.OPERATOR}),
 }
 """Which roles may call each method; any other method is refused."""
 
