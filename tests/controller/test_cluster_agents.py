@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.controller import agent_proxy, cluster_agents, service, spare_pool
+from trainguard.controller import agent_proxy, cluster_agents, cluster_job, spare_pool
 from trainguard.faults import process
 from trainguard.ipc import messages
 from trainguard.job import replicas
@@ -306,16 +306,16 @@ def _register(host: str, node: int | None = None, **changes: Any) -> pb.Register
 
 
 def test_hosts_get_the_free_nodes_then_spare_places() -> None:
-    job = service._ClusterJob(_register("a"))
+    job = cluster_job.ClusterJob(_register("a"))
     assert [job.admit(_register(h)) for h in "abc"] == [(0, False), (1, False), (2, True)]
-    with pytest.raises(service.JoinError, match="its 2 hosts and 1 spares are all there"):
+    with pytest.raises(cluster_job.JoinError, match="its 2 hosts and 1 spares are all there"):
         job.admit(_register("d"))
 
 
 def test_a_claimed_node_rank_is_refused_naming_its_holder_and_freed_when_it_goes() -> None:
-    job = service._ClusterJob(_register("a"))
+    job = cluster_job.ClusterJob(_register("a"))
     assert job.admit(_register("a", 1)) == (1, False)
-    with pytest.raises(service.JoinError, match="host b claims node rank 1 of job j, which "
+    with pytest.raises(cluster_job.JoinError, match="host b claims node rank 1 of job j, which "
                                                 "host a holds"):
         job.admit(_register("b", 1))
     job.release(1)
@@ -323,7 +323,7 @@ def test_a_claimed_node_rank_is_refused_naming_its_holder_and_freed_when_it_goes
 
 
 def test_once_the_job_runs_every_newcomer_is_a_spare() -> None:
-    job = service._ClusterJob(_register("a"))
+    job = cluster_job.ClusterJob(_register("a"))
     job.admit(_register("a"))
     job.admit(_register("b"))
     job.started = True
@@ -340,25 +340,25 @@ def _rejoin(host: str, node: int) -> pb.Register:
 def test_a_host_new_to_a_job_being_taken_over_takes_a_spare_place_first() -> None:
     """The nodes stay free, as far as places allow, for the hosts that held them, which
     register again; a host started to replace one that does not joins as a spare."""
-    job = service._ClusterJob(_rejoin("a", 1))
+    job = cluster_job.ClusterJob(_rejoin("a", 1))
     assert job.admit(_rejoin("a", 1)) == (1, False)
     assert job.admit(_register("c")) == (2, True)
     assert job.admit(_rejoin("b", 0)) == (0, False)
-    with pytest.raises(service.JoinError, match="host f rejoins job j, which was formed by "
+    with pytest.raises(cluster_job.JoinError, match="host f rejoins job j, which was formed by "
                                                 "this controller"):
-        service._ClusterJob(_register("a")).admit(_rejoin("f", 0))
+        cluster_job.ClusterJob(_register("a")).admit(_rejoin("f", 0))
 
 
 def test_a_job_the_store_says_ran_elsewhere_is_taken_over_whoever_registers_first() -> None:
     """A new host may reach the new leader before those that register again: the job is
     still one being taken over, and they are let in; a host naming a node takes it (the job
     started anew, its hosts gone)."""
-    job = service._ClusterJob(_register("c"), running=True)
+    job = cluster_job.ClusterJob(_register("c"), running=True)
     assert job.adopting
     assert job.admit(_register("c")) == (2, True)
     assert job.admit(_rejoin("a", 1)) == (1, False)
     assert job.admit(_register("d", 0)) == (0, False)
-    with pytest.raises(service.JoinError, match="host b claims node rank 0 of job j, which "
+    with pytest.raises(cluster_job.JoinError, match="host b claims node rank 0 of job j, which "
                                                 "host d holds"):
         job.admit(_rejoin("b", 0))
 
@@ -371,12 +371,12 @@ def test_a_job_the_store_says_ran_elsewhere_is_taken_over_whoever_registers_firs
 ])
 def test_a_host_that_disagrees_is_refused_with_both_values(change: dict[str, Any],
                                                            said: str) -> None:
-    job = service._ClusterJob(_register("a"))
+    job = cluster_job.ClusterJob(_register("a"))
     other = _register("b")
     for name, value in change.items():
         if isinstance(value, pb.Recovery):
             other.recovery.CopyFrom(value)
         else:
             setattr(other, name, value)
-    with pytest.raises(service.JoinError, match=f"host b may not join job j: {said}"):
+    with pytest.raises(cluster_job.JoinError, match=f"host b may not join job j: {said}"):
         job.admit(other)

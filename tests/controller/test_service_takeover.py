@@ -16,7 +16,7 @@ import pytest
 from tests.controller.agent_fakes import FakeAgent
 from tests.controller.test_controller_job_controller import FakeClock
 from trainguard.agent import controller_link, joining
-from trainguard.controller import job_record, policy, service
+from trainguard.controller import cluster_job, job_record, policy, service
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_security
 from trainguard.store import sqlite_kv
@@ -186,7 +186,7 @@ def test_a_host_started_after_the_takeover_wait_takes_the_missing_node_as_a_spar
 def test_a_takeover_gives_up_on_missing_hosts_once_those_back_train_no_more() -> None:
     """A host whose ranks live trains with the ranks of the hosts that came back; once none of
     those trains, the missing host's ranks are gone and a spare may take its node at once."""
-    job = service._ClusterJob(pb.Register(job="job", nnodes=2, max_nodes=3, nproc_per_node=2,
+    job = cluster_job.ClusterJob(pb.Register(job="job", nnodes=2, max_nodes=3, nproc_per_node=2,
                                           host="host-0", rejoin=pb.Rejoin(wait=60)))
     host: Any = types.SimpleNamespace(training=True, gone=None)
     job.hosts[0] = host

@@ -24,9 +24,9 @@ Why one module past 500 lines: it is the one place where the server's calls meet
 runs; every intake (a host joining or rejoining, a public fault, a device report) ends in the
 same table of jobs and their controllers, and the start and stop of the store, leadership and
 history belong to the same lifetime. Each intake's own work is in its own module
-(:mod:`.public_fault_intake`, :mod:`.device_reports`, :mod:`.fault_intake`,
-:mod:`.job_record`, :mod:`.leadership`);
-what stays here is routing to jobs.
+(:mod:`.cluster_job`: who joins a job and where; :mod:`.public_fault_intake`,
+:mod:`.device_reports`, :mod:`.fault_intake`, :mod:`.job_record`, :mod:`.leadership`,
+:mod:`.data_trace`); what stays here is routing to jobs, and taking them over.
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from google.protobuf import message as protobuf_message
-
 from trainguard import clock as clocks
 from trainguard import names, owner_only
 from trainguard.controller import (
     agent_proxy,
     cluster_agents,
+    cluster_job,
     data_trace,
     device_levels,
     device_reports,
@@ -56,14 +55,13 @@ from trainguard.controller import (
     leadership,
     policy,
     public_fault_intake,
-    spare_pool,
 )
 from trainguard.controller.fault_centre.api import JobPlacement
 from trainguard.faults.device import device_health
 from trainguard.faults.device.device_events import DeviceFaultEvent
 from trainguard.faults.node import node_faults
 from trainguard.faults.public import public_faults
-from trainguard.job import events, profiling_switch
+from trainguard.job import events
 from trainguard.proto import channel as channels
 from trainguard.proto import (
     codec,
@@ -76,7 +74,7 @@ from trainguard.proto import (
 from trainguard.proto import control_pb2 as pb
 from trainguard.store import api, kv, recorder, sqlite, trailing, urls
 
-__all__ = ["REGISTER_TIMEOUT", "ControllerService", "JoinError", "recovery_from_pb",
+__all__ = ["REGISTER_TIMEOUT", "ControllerService", "recovery_from_pb",
            "recovery_to_pb"]
 
 logger = logging.getLogger(__name__)
@@ -97,10 +95,6 @@ over waits for the last of its hosts to register again; and the least it waits w
 that came back train no more (the missing ones' ranks are gone) and spares could take over: a
 host whose agent lives registers again within a second of the others."""
 TAKEOVER_POLL = 0.25  # seconds between looks at the hosts of a job being taken over
-
-
-class JoinError(RuntimeError):
-    """A host may not join a job; the message says why, naming both values."""
 
 
 def recovery_to_pb(settings: policy.RecoverySettings) -> pb.Recovery:
@@ -125,125 +119,6 @@ def recovery_from_pb(message: pb.Recovery) -> policy.RecoverySettings:
         recover_timeout=message.recover_timeout,
         fault_retry_times=(message.fault_retry_times if message.HasField("fault_retry_times")
                            else None))
-
-
-def _difference(first: protobuf_message.Message, other: protobuf_message.Message, *,
-                names: tuple[str, ...] | None = None, prefix: str = "") -> str | None:
-    """The first field (of ``names``; None: all) two messages disagree on, with both values;
-    None if they agree."""
-    for field in first.DESCRIPTOR.fields:
-        if names is not None and field.name not in names:
-            continue
-        name = prefix + field.name
-        mine, theirs = getattr(first, field.name), getattr(other, field.name)
-        if field.message_type is not None and not field.is_repeated:
-            found = _difference(mine, theirs, prefix=f"{name}.")
-            if found:
-                return found
-        elif mine != theirs:
-            if field.is_repeated:
-                return f"{name} {list(theirs)}, the job has {list(mine)}"
-            return f"{name} {theirs!r}, the job has {mine!r}"
-    return None
-
-
-_AGREED = ("nnodes", "max_nodes", "nproc_per_node", "program", "version", "dp_size",
-           "recovery", "persist_interval")
-"""What every host of a job must agree on."""
-
-
-class _ClusterJob:
-    """One job while its hosts join and while it runs.
-
-    Places 0..nnodes-1 are the nodes that hold ranks; a host at a place past them, or any
-    host joining once the job runs, is a spare (its place names only its run directory)."""
-
-    def __init__(self, first: pb.Register, *, running: bool = False) -> None:
-        """``running``: the store holds its record, left by a controller that went away (its
-        first host to register may be a new one, not one that registers again)."""
-        self.first = first
-        self.adopting = running or first.HasField("rejoin")
-        """Its hosts ran it under a controller that went away, and join this one again."""
-        self.hosts: dict[int, agent_proxy.AgentProxy] = {}
-        self.spares = spare_pool.SparePool()
-        self.agents: cluster_agents.ClusterAgents | None = None  # once it runs
-        self.controller: job_controller.JobController | None = None  # once it runs
-        self.claimed: dict[int, str] = {}  # place -> the host connected there
-        self.replaced: list[int] = []
-        """Nodes whose host did not register again in a takeover: a spare holds them."""
-        self.started = False
-        self.ended = asyncio.Event()
-        self.profiling = profiling_switch.ProfilingSwitch()
-        """Its lightweight-profiling marks (controller.data_trace)."""
-        self.recorder: recorder.EventRecorder | None = None  # once it runs
-
-    def connected(self) -> list[agent_proxy.AgentProxy]:
-        """Its hosts and spares still connected."""
-        return [proxy for proxy in self.hosts.values() if proxy.gone is None] + \
-            self.spares.waiting()
-
-    def admit(self, register: pb.Register) -> tuple[int, bool]:
-        """The place ``register`` gets, and whether it is a spare.
-
-        Raises:
-            JoinError: it disagrees with the job, or its place is taken or out of range, or
-                every place is taken.
-        """
-        job = self.first.job
-        found = _difference(self.first, register, names=_AGREED)
-        if found:
-            raise JoinError(f"host {register.host} may not join job {job}: it has {found}")
-        rejoining = register.HasField("rejoin")
-        if rejoining and not self.adopting and not (self.started or register.rejoin.spare):
-            raise JoinError(f"host {register.host} rejoins job {job}, which was formed by this "
-                            "controller: try again once it runs")
-        if rejoining and self.started and not register.rejoin.spare:
-            raise JoinError(f"host {register.host} rejoins job {job} holding node "
-                            f"{register.node_rank}, which runs here without it")
-        # A job being taken over keeps its nodes for the hosts that held them, as far as it
-        # can: a host new to it without a node rank takes a spare place first (one may be
-        # started to replace a host that does not return). One that names a node takes it
-        # (the job started again anew, its hosts gone with their controller).
-        new_first = self.adopting and not rejoining and not self.started
-        places = max(register.max_nodes, register.nnodes)
-        if register.HasField("node_rank"):
-            place = register.node_rank
-            if place not in range(places):
-                raise JoinError(f"host {register.host}: node rank {place} is out of range for "
-                                f"{places} hosts (0..{places - 1})")
-            if place in self.claimed:
-                raise JoinError(f"host {register.host} claims node rank {place} of job {job}, "
-                                f"which host {self.claimed[place]} holds")
-        else:
-            first_free = (range(places) if self.started else range(register.nnodes, places)
-                          if new_first else range(register.nnodes))
-            free = [n for n in first_free if n not in self.claimed] or [
-                n for n in range(places) if n not in self.claimed]
-            if not free:
-                raise JoinError(f"host {register.host} may not join job {job}: its "
-                                f"{register.nnodes} hosts and {places - register.nnodes} "
-                                "spares are all there")
-            place = free[0]
-        self.claimed[place] = register.host
-        if rejoining:
-            return place, register.rejoin.spare
-        return place, self.started or place >= register.nnodes
-
-    def release(self, place: int) -> None:
-        """The host at ``place`` went away: the place is free for another (before the job
-        starts, it no longer counts towards it)."""
-        self.claimed.pop(place, None)
-        if not self.started:
-            self.hosts.pop(place, None)
-
-    @property
-    def missing(self) -> list[int]:
-        """The nodes no host holds."""
-        return sorted(set(range(self.first.nnodes)) - set(self.hosts))
-
-    @property
-    def complete(self) -> bool:
-        return not self.missing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +167,7 @@ class ControllerService:
         self.settings = settings
         self._clock = clock or clocks.SystemClock()
         self._on_event = on_event
-        self._jobs: dict[str, _ClusterJob] = {}
+        self._jobs: dict[str, cluster_job.ClusterJob] = {}
         self._runs: set[asyncio.Task[None]] = set()
         self.data_trace = data_trace.DataTrace(self._jobs.get)
         self._server = grpc_channel.ControlServer(
@@ -552,14 +427,16 @@ class ControllerService:
         job = self._jobs.get(register.job)
         if job is None:
             running = await self._was_running(register.job)
-            job = self._jobs.setdefault(register.job, _ClusterJob(register, running=running))
+            job = self._jobs.setdefault(register.job,
+                                        cluster_job.ClusterJob(register, running=running))
         try:
             unhealthy = self._intake.unhealthy(register.host) if self._intake else None
             if unhealthy is not None:
-                raise JoinError(f"host {register.host} may not join job {register.job}: "
+                raise cluster_job.JoinError(
+                    f"host {register.host} may not join job {register.job}: "
                                 f"{unhealthy}")
             place, spare = job.admit(register)
-        except JoinError as error:
+        except cluster_job.JoinError as error:
             logger.warning("refused: %s", error)
             if not job.claimed:
                 self._jobs.pop(register.job, None)
@@ -632,14 +509,14 @@ class ControllerService:
                            "controller (%s); taken as new", name, error or "no answer in time")
             return False
 
-    def _start(self, job: _ClusterJob) -> None:
+    def _start(self, job: cluster_job.ClusterJob) -> None:
         """Run ``job``, a host at every node: no host joins it but as a spare from now."""
         job.started = True
         run = asyncio.create_task(self._run(job), name=f"job-{job.first.job}")
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
 
-    async def _bound_takeover(self, job: _ClusterJob, wait: float) -> None:
+    async def _bound_takeover(self, job: cluster_job.ClusterJob, wait: float) -> None:
         """A job being taken over whose hosts have not all registered again within ``wait``
         seconds never will: the missing ones are lost, or have stopped themselves after a
         dying checkpoint. Nor will they once none of those that came back trains on, past
@@ -678,14 +555,14 @@ class ControllerService:
             job.ended.set()
 
     @staticmethod
-    def _lost_in_takeover(job: _ClusterJob) -> bool:
+    def _lost_in_takeover(job: cluster_job.ClusterJob) -> bool:
         """Whether the hosts a job being taken over misses are lost, and spares can take their
         nodes: no host that came back trains on (their ranks' peers on the missing hosts are
         gone: a host whose ranks lived would train with theirs)."""
         return (len(job.spares) >= len(job.missing)
                 and not any(proxy.training for proxy in job.hosts.values()))
 
-    async def _spares_take(self, job: _ClusterJob, waited: float) -> bool:
+    async def _spares_take(self, job: cluster_job.ClusterJob, waited: float) -> bool:
         """The spares of ``job`` take its missing nodes, one each, those short of spares
         waiting for one up to ``host_wait`` seconds in all; whether every one was taken."""
         loop = asyncio.get_running_loop()
@@ -708,7 +585,7 @@ class ControllerService:
             job.replaced.append(node)
         return True
 
-    async def _take_over(self, job: _ClusterJob) -> tuple[job_record.JobRecord,
+    async def _take_over(self, job: cluster_job.ClusterJob) -> tuple[job_record.JobRecord,
                                                           cluster_agents.ClusterGeneration | None]:
         """The record the last controller left of ``job``, and the generation its hosts run,
         if this controller may go on with it: they all run it, and it is not one whose fault
@@ -747,7 +624,7 @@ class ControllerService:
         logger.info("job %s: %d event(s) its earlier controllers recorded are kept here too",
                     journal.job, added)
 
-    async def _run(self, job: _ClusterJob) -> None:
+    async def _run(self, job: cluster_job.ClusterJob) -> None:
         first = job.first
         run_dir = self.settings.run_root / first.job
         owner_only.make_dir(run_dir)
