@@ -97,7 +97,7 @@ class ClusterJob:
         # can: a host new to it without a node rank takes a spare place first (one may be
         # started to replace a host that does not return). One that names a node takes it
         # (the job started again anew, its hosts gone with their controller).
-        new_first = self.adopting and not rejoining and not self.started
+        newcomer = self.adopting and not rejoining and not self.started
         places = max(register.max_nodes, register.nnodes)
         if register.HasField("node_rank"):
             place = register.node_rank
@@ -109,7 +109,7 @@ class ClusterJob:
                                 f"which host {self.claimed[place]} holds")
         else:
             first_free = (range(places) if self.started else range(register.nnodes, places)
-                          if new_first else range(register.nnodes))
+                          if newcomer else range(register.nnodes))
             free = [n for n in first_free if n not in self.claimed] or [
                 n for n in range(places) if n not in self.claimed]
             if not free:
