@@ -1,12 +1,14 @@
 """A cluster job's lightweight profiling, switched through the original's TrainingDataTrace
 calls on a real controller, its hosts' links over gRPC: every host and spare takes the switch,
 and a host that joins later gets it before it holds ranks; the job's document and event keep
-it; a job that is not there, or a switch that cannot be read, gets the original's codes."""
+it, and a subscriber follows each change; a job that is not there, or a switch that cannot be
+read, gets the original's codes."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import types
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from tests.controller.test_service_takeover import (
 from trainguard import testing
 from trainguard.agent import joining
 from trainguard.controller import data_trace
+from trainguard.job import profiling_switch
 from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_channel, profiling_pb2
 from trainguard.store import sqlite
@@ -51,6 +54,20 @@ def test_a_jobs_profiling_reaches_every_host_and_each_that_joins_later(tmp_path:
             found: dict[str, Any] = {"absent": await grpc_channel.switch_profiling(
                 address, profiling_pb2.DataTypeReq(jobNsName="default/other"), timeout=10,
                 security=CLIENT)}
+            followed: list[str] = []
+
+            async def follow(job: str) -> None:
+                async for status in grpc_channel.follow_profiling(
+                        address, profiling_pb2.ProfilingClientInfo(jobId=job),
+                        security=CLIENT):
+                    followed.append(f"{status.code} {status.profilingSwitch.Step or '-'} "
+                                    f"{status.profilingSwitch.CommunicationOperator or '-'}")
+
+            await follow("other")
+            following = asyncio.create_task(follow("job7"))
+            async with asyncio.timeout(10):
+                while len(followed) < 2:
+                    await asyncio.sleep(0.05)
             found["bad"] = await ask(FP="yes")
             found["light"] = await ask(Step="on")
             links.append(await _join_as_spare(settings, spare, job="job7", nnodes=1))
@@ -61,6 +78,11 @@ def test_a_jobs_profiling_reaches_every_host_and_each_that_joins_later(tmp_path:
             found["status"] = await grpc_channel.profiling_status(
                 address, profiling_pb2.DataStatusReq(jobNsName="job7"), timeout=10,
                 security=CLIENT)
+            async with asyncio.timeout(10):
+                while len(followed) < 4:
+                    await asyncio.sleep(0.05)
+            following.cancel()
+            found["followed"] = followed
         finally:
             await _stop(controller, links)
         found["host"], found["spare"] = host.calls, spare.calls
@@ -74,6 +96,8 @@ def test_a_jobs_profiling_reaches_every_host_and_each_that_joins_later(tmp_path:
     assert (found["light"].code, found["light"].message) == (
         data_trace.DONE, "job job7: profiling Step, SaveCheckpoint, FP, DataLoader")
     assert found["heavy"].code == data_trace.DONE
+    assert found["followed"] == ["404 - -", "200 off off", "200 on off", "200 on on"], \
+        "no such job; then the switch as it was, and each change (not the refused one)"
     status = found["status"]
     assert (status.code, status.profilingSwitch.CommunicationOperator,
             status.profilingSwitch.DataLoader) == (data_trace.DONE, "on", "on")
@@ -94,3 +118,20 @@ def test_a_jobs_profiling_reaches_every_host_and_each_that_joins_later(tmp_path:
         tmp_path / "controller" / "job7", "profiling-switched")]
     assert marks == ["Step, SaveCheckpoint, FP, DataLoader",
                      "CommunicationOperator, Step, SaveCheckpoint, FP, DataLoader"]
+
+
+def test_a_subscription_ends_with_its_job() -> None:
+    async def scenario() -> list[str]:
+        job: Any = types.SimpleNamespace(profiling=profiling_switch.PRESETS["light"],
+                                         recorder=None, ended=asyncio.Event(),
+                                         connected=lambda: [])
+        trace = data_trace.DataTrace({"job7": job}.get)
+        statuses = trace.subscribe(profiling_pb2.ProfilingClientInfo(jobId="ns/job7"))
+        first = await anext(statuses)
+        job.ended.set()
+        rest = [status async for status in statuses]
+        assert not trace._watchers, "its queue went with it"
+        return [first.message, *(status.message for status in rest)]
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 10)) == [
+        "job job7: profiling Step, SaveCheckpoint, FP, DataLoader"]

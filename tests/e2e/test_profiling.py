@@ -7,6 +7,7 @@ controller switches every host (the original's TrainingDataTrace call)."""
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from tests.e2e.hosts import Cluster
 from tests.e2e.jobs import SCRIPTS, Job, Start
+from trainguard import testing
 from trainguard.store import sqlite
 
 pytestmark = pytest.mark.e2e
@@ -81,11 +83,23 @@ def test_across_hosts_the_controller_switches_the_profiling_of_every_host(
               "--step-sleep", "0.1"]
     hosts = [cluster.host(node, "--nproc-per-node", "2", *script) for node in (0, 1)]
     hosts[0].wait_for("stepping", lambda: controller.events("job", "generation-started"))
-    switched = subprocess.run(
-        [sys.executable, "-m", "trainguard", "profiling", "--controller", controller.endpoint,
-         "--insecure", "--job", "default/job", "heavy"],
-        capture_output=True, text=True, timeout=60, check=False)
-    assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
+    command = [sys.executable, "-m", "trainguard", "profiling", "--controller",
+               controller.endpoint, "--insecure", "--job", "default/job"]
+    with subprocess.Popen([*command, "--follow"], stdout=subprocess.PIPE, text=True,
+                          start_new_session=True) as follower:
+        try:
+            assert follower.stdout is not None
+            assert select.select([follower.stdout], [], [], 60)[0], "the follower said nothing"
+            first = follower.stdout.readline()
+            switched = subprocess.run([*command, "heavy"], capture_output=True, text=True,
+                                      timeout=60, check=False)
+            assert cluster.wait_all(hosts) == [0, 0], "\n".join(h.output() for h in hosts)
+            followed, _ = follower.communicate(timeout=60)
+        finally:
+            testing.end_process_tree(follower.pid)
+    assert follower.returncode == 0, "it ended with the job"
+    assert first == "code 200: job job: profiling off\n"
+    assert followed == switched.stdout, "then the switch, as it came"
 
     assert (switched.returncode, switched.stdout) == (0, (
         "code 200: job job: profiling CommunicationOperator, Step, SaveCheckpoint, FP, "

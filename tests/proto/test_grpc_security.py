@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,6 +59,11 @@ class Served:
     def get(self, request: profiling_pb2.DataStatusReq) -> profiling_pb2.DataStatusRes:
         self.switched.append(request.jobNsName)
         return profiling_pb2.DataStatusRes(code=200)
+
+    async def subscribe(self, client: profiling_pb2.ProfilingClientInfo
+                        ) -> AsyncIterator[profiling_pb2.DataStatusRes]:
+        self.switched.append(client.jobId)
+        yield profiling_pb2.DataStatusRes(code=200)
 
 
 def _serve(security: grpc_security.ServerSecurity,
@@ -240,18 +245,25 @@ def test_only_an_operator_switches_or_reads_a_jobs_profiling(tmp_path: Path) -> 
 
         modify = profiling_pb2.DataTypeReq(jobNsName="default/job7")
         get = profiling_pb2.DataStatusReq(jobNsName="default/job7")
+        async def follow(token: str) -> list[int]:
+            return [status.code async for status in grpc_channel.follow_profiling(
+                address, profiling_pb2.ProfilingClientInfo(jobId="job7"),
+                security=client(token))]
+
         return [await _code(grpc_channel.switch_profiling(
                     address, modify, timeout=10, security=client(token)))
                 for token in (OPERATOR_TOKEN, SENDER_TOKEN, AGENT_TOKEN)] + [
                 await _code(grpc_channel.profiling_status(
                     address, get, timeout=10, security=client(token)))
-                for token in (OPERATOR_TOKEN, SENDER_TOKEN)]
+                for token in (OPERATOR_TOKEN, SENDER_TOKEN)] + [
+                await _code(follow(token)) for token in (OPERATOR_TOKEN, SENDER_TOKEN)]
 
     codes, served = _serve(security, test)
     assert [code.split(":")[0] for code in codes] == [
-        "OK", "PERMISSION_DENIED", "PERMISSION_DENIED", "OK", "PERMISSION_DENIED"]
+        "OK", "PERMISSION_DENIED", "PERMISSION_DENIED", "OK", "PERMISSION_DENIED", "OK",
+        "PERMISSION_DENIED"]
     assert "/TrainingDataTrace/ModifyTrainingDataTraceSwitch: it needs operator" in codes[1]
-    assert served.switched == ["default/job7", "default/job7"]
+    assert served.switched == ["default/job7", "default/job7", "job7"]
 
 
 def test_without_tls_or_insecure_the_controller_does_not_start() -> None:

@@ -10,7 +10,7 @@ import typer
 from trainguard.agent import control, node_agent
 from trainguard.cli import controller_access, run_command, runs
 from trainguard.job import profiling_switch
-from trainguard.proto import grpc_channel, profiling_pb2
+from trainguard.proto import grpc_channel, grpc_security, profiling_pb2
 
 __all__ = ["profiling"]
 
@@ -31,6 +31,9 @@ def profiling(
     job: Annotated[str | None, typer.Option(help=(
         "With --controller: the job (its --rdzv-id; the original's NAMESPACE/JOB is taken "
         "too)."))] = None,
+    follow: Annotated[bool, typer.Option("--follow", help=(
+        "With --controller: then print the switch each time it changes, until the job ends "
+        "(TrainingDataTrace.SubscribeDataTraceSwitch)."))] = False,
     tls_ca: controller_access.ClientCa = None,
     tls_cert: controller_access.ClientCert = None,
     tls_key: controller_access.ClientKey = None,
@@ -53,8 +56,8 @@ def profiling(
         typer.echo(f"trainguard: {error}", err=True)
         raise typer.Exit(2) from error
     if controller is None:
-        if job is not None:
-            raise typer.BadParameter("--job goes with --controller (else: --run-dir)")
+        if job is not None or follow:
+            raise typer.BadParameter("--job and --follow go with --controller (else: --run-dir)")
         directory = runs.resolve(run_dir, run_root, marker=node_agent.AGENT_FILE)
         try:
             typer.echo(control.switch_profiling(directory, switch.to_json() if switch else ""))
@@ -67,15 +70,32 @@ def profiling(
     security = controller_access.client_security(
         tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token_file=token_file,
         insecure=insecure)
+    answer: profiling_pb2.DataTypeRes | profiling_pb2.DataStatusRes | None = None
     if switch is not None:
-        answer: profiling_pb2.DataTypeRes | profiling_pb2.DataStatusRes = controller_access.ask(
-            grpc_channel.switch_profiling(controller, profiling_pb2.DataTypeReq(
+        answer = controller_access.ask(grpc_channel.switch_profiling(
+            controller, profiling_pb2.DataTypeReq(
                 jobNsName=job, profilingSwitch=profiling_pb2.ProfilingSwitch(
                     **switch.fields())), timeout=30.0, security=security))
-    else:
+    elif not follow:
         answer = controller_access.ask(grpc_channel.profiling_status(
             controller, profiling_pb2.DataStatusReq(jobNsName=job), timeout=10.0,
             security=security))
-    typer.echo(f"code {answer.code}: {answer.message}")
+    if answer is not None:
+        _say(answer)
+    if follow:
+        controller_access.ask(_follow(controller, job, security))
+
+
+def _say(answer: profiling_pb2.DataTypeRes | profiling_pb2.DataStatusRes) -> None:
+    typer.echo(f"code {answer.code}: {answer.message}", err=answer.code != 200)
     if answer.code != 200:
         raise typer.Exit(1)
+
+
+async def _follow(controller: str, job: str, security: grpc_security.ClientSecurity) -> None:
+    """The job's switch now, then each time it changes, until the job ends."""
+    async for status in grpc_channel.follow_profiling(
+            controller, profiling_pb2.ProfilingClientInfo(jobId=job), security=security):
+        typer.echo(f"code {status.code}: {status.message}", err=status.code != 200)
+        if status.code != 200:
+            raise typer.Exit(1)

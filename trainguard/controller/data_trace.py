@@ -1,14 +1,14 @@
 """The controller's side of a cluster job's lightweight profiling (SPEC D10, I2): the original's
-``TrainingDataTrace`` calls (profiling.proto) switch a job's marks and read them back; the
-switch goes to every host of the job, spares too, and to each host that joins it later, and
-is kept as the job's ``data-trace-<job>`` document (key ``profilingSwitch``, the original's
-JSON) and a ``profiling-switched`` event."""
+``TrainingDataTrace`` calls (profiling.proto) switch a job's marks, read them back, and follow
+them; the switch goes to every host of the job, spares too, and to each host that joins it
+later, and is kept as the job's ``data-trace-<job>`` document (key ``profilingSwitch``, the
+original's JSON) and a ``profiling-switched`` event."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Protocol
 
 from trainguard.controller import agent_proxy
@@ -33,6 +33,7 @@ class TracedJob(Protocol):
 
     profiling: profiling_switch.ProfilingSwitch
     recorder: recorder.EventRecorder | None  # once it runs
+    ended: asyncio.Event
 
     def connected(self) -> list[agent_proxy.AgentProxy]:
         """Its hosts and spares still connected."""
@@ -43,6 +44,8 @@ class DataTrace:
     def __init__(self, find: Callable[[str], TracedJob | None]) -> None:
         """``find``: the job of that name under this controller, if any."""
         self._find = find
+        self._watchers: dict[str, set[asyncio.Queue[pb.DataStatusRes]]] = {}
+        """By job: a queue for each subscriber, of the switch each time it changes."""
 
     def _job(self, job_ns_name: str) -> tuple[str, TracedJob | None]:
         """The original's "namespace/jobName"; trainguard's jobs have no namespace."""
@@ -62,6 +65,8 @@ class DataTrace:
             return pb.DataTypeRes(message=str(error), code=BAD_REQUEST)
         logger.info("job %s: profiling %s", name, job.profiling.describe())
         self.keep(name, job)
+        for queue in self._watchers.get(name, ()):
+            queue.put_nowait(self._status(name, job))
         missed = await self.tell(job, job.connected())
         if missed:
             return pb.DataTypeRes(code=NOT_EVERYWHERE, message=(
@@ -75,6 +80,38 @@ class DataTrace:
         if job is None:
             return pb.DataStatusRes(message=f"no job {name!r} runs under this controller",
                                     code=NOT_FOUND)
+        return self._status(name, job)
+
+    async def subscribe(self, client: pb.ProfilingClientInfo
+                        ) -> AsyncIterator[pb.DataStatusRes]:
+        """The job's switch now, then each time it changes, until the job ends (its
+        ``jobId``: the job's name, as ``jobNsName`` names it)."""
+        name, job = self._job(client.jobId)
+        if job is None:
+            yield pb.DataStatusRes(message=f"no job {name!r} runs under this controller",
+                                   code=NOT_FOUND)
+            return
+        queue: asyncio.Queue[pb.DataStatusRes] = asyncio.Queue()
+        watchers = self._watchers.setdefault(name, set())
+        watchers.add(queue)
+        ended = asyncio.ensure_future(job.ended.wait())
+        try:
+            yield self._status(name, job)
+            while True:
+                changed = asyncio.ensure_future(queue.get())
+                await asyncio.wait({changed, ended}, return_when=asyncio.FIRST_COMPLETED)
+                if not changed.done():
+                    changed.cancel()
+                    return
+                yield changed.result()
+        finally:
+            ended.cancel()
+            watchers.discard(queue)
+            if not watchers:
+                self._watchers.pop(name, None)
+
+    @staticmethod
+    def _status(name: str, job: TracedJob) -> pb.DataStatusRes:
         return pb.DataStatusRes(
             message=f"job {name}: profiling {job.profiling.describe()}", code=DONE,
             profilingSwitch=pb.ProfilingSwitch(**job.profiling.fields()))

@@ -8,7 +8,8 @@ Each agent's :class:`~trainguard.proto.channel.Channel` is one ``Control.Connect
 and
 ``PubFault.SendPublicFault`` (pubfault.proto) takes public faults from other senders
 (:func:`send_public_fault`), and ``TrainingDataTrace`` (profiling.proto) switches a job's
-profiling (:func:`switch_profiling`, :func:`profiling_status`). Every call is authenticated
+profiling (:func:`switch_profiling`, :func:`profiling_status`, :func:`follow_profiling`).
+Every call is authenticated
 and its role checked first (:mod:`.grpc_security`); the server takes messages up to
 :data:`~.grpc_security.MAX_MESSAGE_BYTES`.
 """
@@ -19,7 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -31,9 +32,10 @@ from trainguard.proto import control_pb2 as pb
 from trainguard.proto import grpc_security, profiling_pb2, pubfault_pb2, versioned
 
 __all__ = ["AGENT_LEASE", "GET_DATA_TRACE", "MODIFY_DATA_TRACE", "REPORT_DEVICES",
-           "AgentConnection", "CallRefusedError", "ControlServer", "DataTraceHandler",
-           "DeviceReportHandler", "DeviceRequestHandler", "PublicFaultHandler",
-           "cluster_status", "connect", "device_request", "profiling_status",
+           "SUBSCRIBE_DATA_TRACE", "AgentConnection", "CallRefusedError", "ControlServer",
+           "DataTraceHandler", "DeviceReportHandler", "DeviceRequestHandler",
+           "PublicFaultHandler", "cluster_status", "connect", "device_request",
+           "follow_profiling", "profiling_status",
            "report_devices", "send_public_fault", "switch_profiling"]
 
 logger = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ PublicFaultHandler = Callable[[pubfault_pb2.PublicFaultRequest],
 _DATA_TRACE = profiling_pb2.DESCRIPTOR.services_by_name["TrainingDataTrace"]
 MODIFY_DATA_TRACE = f"/{_DATA_TRACE.full_name}/ModifyTrainingDataTraceSwitch"
 GET_DATA_TRACE = f"/{_DATA_TRACE.full_name}/GetTrainingDataTraceSwitch"
+SUBSCRIBE_DATA_TRACE = f"/{_DATA_TRACE.full_name}/SubscribeDataTraceSwitch"
 
 
 class DataTraceHandler(Protocol):
@@ -73,6 +76,9 @@ class DataTraceHandler(Protocol):
         ...
 
     def get(self, request: profiling_pb2.DataStatusReq) -> profiling_pb2.DataStatusRes: ...
+
+    def subscribe(self, client: profiling_pb2.ProfilingClientInfo
+                  ) -> AsyncIterator[profiling_pb2.DataStatusRes]: ...
 DeviceReportHandler = Callable[[pb.DeviceReport], Awaitable[pb.DeviceReportAck]]
 
 
@@ -179,6 +185,11 @@ class ControlServer:
                           _: object) -> profiling_pb2.DataStatusRes:
                 return data_trace.get(request)
 
+            async def subscribe(client: profiling_pb2.ProfilingClientInfo,
+                                _: object) -> AsyncIterator[profiling_pb2.DataStatusRes]:
+                async for status in data_trace.subscribe(client):  # gRPC wants a generator
+                    yield status
+
             handlers.append(grpc.method_handlers_generic_handler(_DATA_TRACE.full_name, {
                 "ModifyTrainingDataTraceSwitch": grpc.unary_unary_rpc_method_handler(
                     lambda request, _: data_trace.modify(request),
@@ -186,6 +197,10 @@ class ControlServer:
                     response_serializer=profiling_pb2.DataTypeRes.SerializeToString),
                 "GetTrainingDataTraceSwitch": grpc.unary_unary_rpc_method_handler(
                     get, request_deserializer=profiling_pb2.DataStatusReq.FromString,
+                    response_serializer=profiling_pb2.DataStatusRes.SerializeToString),
+                "SubscribeDataTraceSwitch": grpc.unary_stream_rpc_method_handler(
+                    subscribe,
+                    request_deserializer=profiling_pb2.ProfilingClientInfo.FromString,
                     response_serializer=profiling_pb2.DataStatusRes.SerializeToString)}))
         self._server.add_generic_rpc_handlers(tuple(handlers))
         self.port = 0
@@ -376,6 +391,29 @@ async def profiling_status(address: str, request: profiling_pb2.DataStatusReq, *
     """
     return await _unary(address, GET_DATA_TRACE, request, profiling_pb2.DataStatusRes,
                         timeout=timeout, security=security)
+
+
+async def follow_profiling(address: str, client: profiling_pb2.ProfilingClientInfo, *,
+                           security: grpc_security.ClientSecurity
+                           ) -> AsyncIterator[profiling_pb2.DataStatusRes]:
+    """A job's lightweight-profiling switch now, then each change until the job ends
+    (``TrainingDataTrace.SubscribeDataTraceSwitch``).
+
+    Raises:
+        CallRefusedError: it could not be reached, or refused the call (credentials, role),
+            or the stream broke.
+    """
+    async with security.channel(address) as channel:
+        call = channel.unary_stream(
+            SUBSCRIBE_DATA_TRACE,
+            request_serializer=profiling_pb2.ProfilingClientInfo.SerializeToString,
+            response_deserializer=profiling_pb2.DataStatusRes.FromString)
+        try:
+            async for status in call(client, metadata=security.metadata()):
+                yield status
+        except grpc.aio.AioRpcError as error:
+            raise CallRefusedError(f"the controller at {address}: {error.code().name}: "
+                                   f"{error.details()}", error.code()) from error
 
 
 async def device_request(address: str, request: pb.DeviceRequest, *, separate: bool,

@@ -41,11 +41,12 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import logging
 import stat
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -92,6 +93,7 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/pubfault.PubFault/SendPublicFault": frozenset({Role.OPERATOR, Role.PUBLIC_FAULT_SENDER}),
     "/TrainingDataTrace/ModifyTrainingDataTraceSwitch": frozenset({Role.OPERATOR}),
     "/TrainingDataTrace/GetTrainingDataTraceSwitch": frozenset({Role.OPERATOR}),
+    "/TrainingDataTrace/SubscribeDataTraceSwitch": frozenset({Role.OPERATOR}),
 }
 """Which roles may call each method; any other method is refused."""
 
@@ -299,6 +301,7 @@ class ServerSecurity:
 
 
 _Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+_StreamBehavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]
 
 
 class AccessInterceptor(grpc.aio.ServerInterceptor):
@@ -329,50 +332,61 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
     def _guard_handler(self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
                        ) -> grpc.RpcMethodHandler[Any, Any]:
         allowed = METHOD_ROLES.get(method, frozenset())
-        guard = self._guard(method, allowed)
-        # The handlers of a grpc.aio server are coroutine functions, whatever the stubs say.
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                guard(cast(_Behavior, handler.unary_unary)),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                guard(cast(_Behavior, handler.stream_stream)),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
-        raise TypeError(f"{method}: only unary and bidirectional methods are served")
+        admit = functools.partial(self._admit, method, allowed)
+        # The handlers of a grpc.aio server are coroutine functions (a server stream's, an
+        # async generator function), whatever the stubs say.
+        if handler.unary_unary is not None or handler.stream_stream is not None:
+            behavior = cast(_Behavior, handler.unary_unary or handler.stream_stream)
 
-    def _guard(self, method: str, allowed: frozenset[Role]
-               ) -> Callable[[_Behavior], _Behavior]:
-        security = self._security
-
-        def guard(behavior: _Behavior) -> _Behavior:
             async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]
                               ) -> Any:
-                identity = security.identify(context.invocation_metadata() or (),
-                                             context.auth_context())
-                if identity is None:
-                    logger.warning("refused %s from %s: unknown or no credentials", method,
-                                   context.peer())
-                    await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                        "no credentials, or credentials this controller does "
-                                        "not know: give a client certificate its CA signed "
-                                        "or a token of its access file")
-                if not identity.roles & allowed:
-                    logger.warning("refused %s from %s: %s has roles %s", method,
-                                   context.peer(), identity.name, sorted(identity.roles))
-                    needed = " or ".join(sorted(allowed)) or "a role no one has"
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                        f"{identity.name} may not call {method}: it needs "
-                                        f"{needed}, and has {', '.join(sorted(identity.roles))}")
-                token = CALLER.set(identity)
+                token = CALLER.set(await admit(context))
                 try:
                     return await behavior(request, context)
                 finally:
                     CALLER.reset(token)
-            return checked
-        return guard
+
+            make = (grpc.unary_unary_rpc_method_handler if handler.unary_unary is not None
+                    else grpc.stream_stream_rpc_method_handler)
+            return make(checked, request_deserializer=handler.request_deserializer,
+                        response_serializer=handler.response_serializer)
+        if handler.unary_stream is not None:
+            streamed = cast(_StreamBehavior, handler.unary_stream)
+
+            async def checked_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]
+                                     ) -> AsyncIterator[Any]:
+                token = CALLER.set(await admit(context))
+                try:
+                    async for response in streamed(request, context):
+                        yield response
+                finally:
+                    CALLER.reset(token)
+
+            return grpc.unary_stream_rpc_method_handler(
+                checked_stream, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        raise TypeError(f"{method}: client streams are not served")
+
+    async def _admit(self, method: str, allowed: frozenset[Role],
+                     context: grpc.aio.ServicerContext[Any, Any]) -> Identity:
+        """The caller, if it may call ``method``; else the call ends, saying why."""
+        identity = self._security.identify(context.invocation_metadata() or (),
+                                           context.auth_context())
+        if identity is None:
+            logger.warning("refused %s from %s: unknown or no credentials", method,
+                           context.peer())
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "no credentials, or credentials this controller does "
+                                "not know: give a client certificate its CA signed "
+                                "or a token of its access file")
+        if not identity.roles & allowed:
+            logger.warning("refused %s from %s: %s has roles %s", method,
+                           context.peer(), identity.name, sorted(identity.roles))
+            needed = " or ".join(sorted(allowed)) or "a role no one has"
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"{identity.name} may not call {method}: it needs "
+                                f"{needed}, and has {', '.join(sorted(identity.roles))}")
+        return identity
 
 
 @dataclasses.dataclass(frozen=True)
