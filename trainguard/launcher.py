@@ -42,6 +42,7 @@ from trainguard.agent import (
     node_agent,
     persister_client,
     rendezvous_stores,
+    slow_node_watch,
     snapshot_pacing,
     snapshot_slots,
     standby_client,
@@ -59,7 +60,7 @@ from trainguard.controller import (
     policy,
     service,
 )
-from trainguard.detect import heartbeat
+from trainguard.detect import heartbeat, slow_node
 from trainguard.faults import process
 from trainguard.faults.device import device_health
 from trainguard.faults.node import node_faults
@@ -209,11 +210,15 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     agent_settings = settings.agent
     if settings.fault_config_dir is not None and not settings.fault_config_dir.is_dir():
         raise LaunchError(f"fault-config-dir: {settings.fault_config_dir} is not a directory")
+    slow = _slow_node(settings)
     joined = None
     if settings.cluster is not None:
         joined, agent_settings = await _join(settings, settings.cluster)
+    if slow is not None and not agent_settings.profiling_switch.any:
+        # Its step times come from the step marks (the original turns light profiling on).
+        agent_settings = dataclasses.replace(agent_settings, profiling="light")
     try:
-        return await _run(settings, agent_settings, joined, observer)
+        return await _run(settings, agent_settings, joined, observer, slow)
     finally:
         if joined is not None:
             await joined.connection.disconnect()
@@ -274,9 +279,24 @@ def _checkpoint_dir(explicit: Path | None, agent: node_agent.AgentSettings) -> P
     return checkpoint_layout.node_directory(root, agent.node_rank)
 
 
+def _slow_node(settings: RunSettings) -> slow_node.SlowNodeSettings | None:
+    """The slow-node detection asked for (``--slow-node``), if on.
+
+    Raises:
+        LaunchError: its file cannot be used (the message names it and the field).
+    """
+    if settings.detectors.slow_node is None:
+        return None
+    try:
+        found = slow_node.SlowNodeSettings.load(settings.detectors.slow_node)
+    except slow_node.SlowNodeSettingsError as error:
+        raise LaunchError(f"slow-node: {error}") from error
+    return found if found.slow_node else None
+
+
 async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
-               joined: _Joined | None,
-               observer: RunObserver | None) -> RunReport:
+               joined: _Joined | None, observer: RunObserver | None,
+               slow: slow_node.SlowNodeSettings | None) -> RunReport:
     run_dir = agent_settings.run_dir
     run_dir.parent.mkdir(parents=True, exist_ok=True)  # the run root may be shared by users
     owner_only.make_dir(run_dir)
@@ -410,6 +430,10 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
             changed=centre.intake.level_changed if joined is None else None,
             reconfigured=centre.reconfigure if joined is None else None))
         watching_devices = asyncio.create_task(devices.run())
+        watching_steps = asyncio.create_task(slow_node_watch.SlowNodeWatch(
+            slow, ranks=agent_settings.ranks, records=agent.profiling_dir, node=node,
+            job=agent_settings.run_id, record=events_recorder.record).run()
+            if slow is not None else asyncio.sleep(0))
         try:
             try:
                 await agent.start()
@@ -432,9 +456,10 @@ async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,
             pacing.cancel()
             watch.cancel()
             watching_devices.cancel()
+            watching_steps.cancel()
             publishing.cancel()
             await asyncio.gather(progress, sampling, pacing, watch, watching_devices,
-                                 publishing, return_exceptions=True)
+                                 watching_steps, publishing, return_exceptions=True)
             await agent.close()
             _publish_once(agent, events_recorder, tally, exporter, clock=clock)
             if server is not None:

@@ -119,3 +119,23 @@ def test_across_hosts_the_controller_switches_the_profiling_of_every_host(
         store.close()
     assert document is not None
     assert json.loads(document.data["profilingSwitch"])["CommunicationOperator"] == "on"
+
+
+def test_steps_that_grow_slower_than_their_baseline_make_the_host_slow_then_not(
+        run_job: Start, tmp_path: Path) -> None:
+    """D11 on one host: the original's FeatConf, its detection every second; steps 40 to 59
+    take 0.1 s more than their 0.05 s, and the host is slow while they do (seen once their
+    marks are written: every 5 s, so the normal steps after them run longer than that)."""
+    feat_conf = tmp_path / "FeatConf.json"
+    feat_conf.write_text(json.dumps({"jobName": "job", "nSecondsDoOneDetection": 1}))
+    job = run_job("--nproc-per-node", "2", "--slow-node", str(feat_conf),
+                  str(SCRIPTS / "inprocess_job.py"), "--steps", "200", "--step-work", "0.05",
+                  "--slow-steps", "40:60:0.1", "--step-sleep", "0.0")
+    assert job.wait() == 0, job.output()
+    said = [(e["kind"], e.get("ranks")) for e in job.events()
+            if e["kind"].startswith("slow-node")]
+    assert said == [("slow-node-detected", [0, 1]), ("slow-node-recovered", None)], said
+    detected, = job.events("slow-node-detected")
+    assert 1.0 < detected["degradation"] < 3.5, detected
+    assert detected["degradation_level"] == f"{detected['degradation'] * 100:.2f}%"
+    assert (job.run_dir / "profiling" / "job" / "0").is_dir(), "light profiling turned on"

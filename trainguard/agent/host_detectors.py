@@ -70,6 +70,10 @@ class DetectorSettings:
     bmc_period: float = 60.0
     """Seconds between two reads of the BMC's alarms (> 0); 60 as the original's NodeD. A
     change is reported within a second of the read that finds it."""
+    slow_node: Path | None = None
+    """Detect ranks whose steps grow slower than their own baseline (D11), as the original's
+    FeatConf in this JSON file says ({} for its defaults: 20 steps of baseline, 3 in a row 30%
+    slower, every 30 s); turns light profiling on, whose step marks it reads."""
 
     def __post_init__(self) -> None:
         if self.device_backend not in registry.BACKENDS:

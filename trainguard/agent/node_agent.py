@@ -39,6 +39,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
 
 from trainguard import clock as clocks
 from trainguard import owner_only
@@ -791,6 +792,11 @@ class NodeAgent:
                                         messages.ProfilingRequest))  # each has an id
             return messages.ControlReply(request.request_id, False, str(error))
         return messages.ControlReply(request.request_id, True, detail)
+
+    @property
+    def profiling_dir(self) -> Path:
+        """The task's folder of the ranks' profiling records (a folder per rank)."""
+        return self._launcher.profiling_dir
 
     def switch_profiling(self, setting: str) -> str:
         """Switch the ranks' lightweight profiling to ``setting`` (a preset's name or the

@@ -31,6 +31,8 @@ __all__ = [
     "RecoveryFailed",
     "ReplicasDiffer",
     "RunMeasured",
+    "SlowNodeDetected",
+    "SlowNodeRecovered",
     "SnapshotIntervalChosen",
     "StepProgress",
     "SurvivorsEnded",
@@ -434,6 +436,33 @@ class ProfilingSwitched(Event):
     def summary(self) -> str:
         where = f" (records under {self.directory})" if self.directory else ""
         return f"profiling: {self.marks}{where}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SlowNodeDetected(Event):
+    """Ranks of a host whose steps grew slower than their own baseline (D11), or another set
+    of them than said last."""
+
+    KIND: ClassVar[str] = "slow-node-detected"
+    node: str
+    ranks: list[int]
+    degradation: float  # the largest: their newest steps' mean over the baseline, less 1
+    degradation_level: str  # the same, as the original writes it ("35.00%")
+
+    def summary(self) -> str:
+        return (f"slow node {self.node}: rank(s) {self.ranks} {self.degradation_level} slower "
+                "than their baseline")
+
+
+@dataclasses.dataclass(frozen=True)
+class SlowNodeRecovered(Event):
+    """No rank of the host is slow any more (D11)."""
+
+    KIND: ClassVar[str] = "slow-node-recovered"
+    node: str
+
+    def summary(self) -> str:
+        return f"slow node {self.node}: its ranks step at their baseline again"
 
 
 def known_kinds() -> list[str]:

@@ -39,10 +39,16 @@ parser.add_argument("--stuck-after", type=int, default=None,
 parser.add_argument("--stuck-in", type=int, default=None,
                     help="rank 1 sleeps 60 s inside this step of generation 0, as in a wait "
                          "that cutting its connections does not end")
+parser.add_argument("--step-work", type=float, default=0.0,
+                    help="seconds each step sleeps inside its step mark (steadier step times)")
+parser.add_argument("--slow-steps", default=None, metavar="FIRST:END:SECONDS",
+                    help="steps FIRST..END-1 sleep SECONDS more inside their step mark")
 parser.add_argument("--profile", action="store_true",
                     help="hand the forward passes, the batches and the all-reduces to the "
                          "session's lightweight profiling")
 args = parser.parse_args()
+slow_first, slow_end, slow_by = (float(part) for part in args.slow_steps.split(":")) \
+    if args.slow_steps else (0.0, 0.0, 0.0)
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
@@ -77,6 +83,7 @@ def train() -> None:
         with session.step(step):
             if step == args.stuck_in and rank == 1 and session.generation == 0:
                 time.sleep(60)
+            time.sleep(args.step_work + (slow_by if slow_first <= step < slow_end else 0.0))
             generator = torch.Generator().manual_seed(step * 1009 + rank)
             inputs = torch.randn(16, 32, generator=generator)
             loss = nn.functional.mse_loss(ddp(inputs), inputs.flip(1))
