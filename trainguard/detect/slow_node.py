@@ -19,7 +19,9 @@ Where the original's code departs from its own intent, the intent is followed: t
 steps are not fed to the baseline a second time, and the padding steps are taken oldest first.
 The node's verdict is slow when any of its ranks is, at the largest degradation. The space
 detector, the communication-domain and host rules (§5.4 step 3 on), and the cluster level are
-not built: they need the original's device-side and communication records.
+not built: they need the original's device-side and communication records. ``nSigma``
+(unused by the original too, as ``degradationPercentage`` must be above 0),
+``clusterMeanDistance`` and ``cardOneNode`` (theirs) are read and checked, not used.
 """
 
 from __future__ import annotations
