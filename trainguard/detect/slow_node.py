@@ -30,9 +30,11 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
+
+from trainguard.job import profiling_records
 
 __all__ = ["SlowNodeSettings", "SlowNodeSettingsError", "StepTimes", "TimeDetector",
            "Verdict"]
@@ -194,48 +196,36 @@ class StepTimes:
 
     def __init__(self, rank_dir: Path) -> None:
         self._dir = rank_dir
-        self._read: dict[str, int] = {}  # file -> bytes read (whole lines)
+        self._read: dict[Path, int] = {}  # file -> bytes read (whole lines)
         self._open: dict[int, tuple[int, int]] = {}  # mark id -> (step, start ns)
 
     def new(self) -> list[tuple[int, float]]:
         """The steps whose marks ended since the last call, by step."""
         found = []
-        try:
-            names = sorted((p.name for p in self._dir.iterdir() if p.name.isdigit()), key=int)
-        except OSError:
-            return []
-        for name in names:
-            for record in self._lines(name):
-                found.extend(self._take(record))
+        for path in profiling_records.files(self._dir):
+            for line in self._lines(path):
+                mark = profiling_records.parse(line)
+                if mark is not None:
+                    found.extend(self._take(mark))
         return sorted(found)
 
-    def _lines(self, name: str) -> Iterable[dict[str, Any]]:
-        start = self._read.get(name, 0)
+    def _lines(self, path: Path) -> list[bytes]:
+        start = self._read.get(path, 0)
         try:
-            with (self._dir / name).open("rb") as records:
+            with path.open("rb") as records:
                 records.seek(start)
                 data = records.read()
         except OSError:
             return []
         whole = data[:data.rfind(b"\n") + 1]
-        self._read[name] = start + len(whole)
-        parsed = []
-        for line in whole.splitlines():
-            try:
-                parsed.append(json.loads(line))
-            except ValueError:
-                continue
-        return parsed
+        self._read[path] = start + len(whole)
+        return whole.splitlines()
 
-    def _take(self, record: dict[str, Any]) -> list[tuple[int, float]]:
-        mark_id, time = record.get("Id"), record.get("Timestamp")
-        if not isinstance(mark_id, int) or not isinstance(time, int):
+    def _take(self, mark: profiling_records.Mark) -> list[tuple[int, float]]:
+        if mark.flag == profiling_records.START:
+            step = profiling_records.step_of(mark.name)
+            if step is not None:
+                self._open[mark.id] = (step, mark.timestamp)
             return []
-        name = record.get("Name", "")
-        if record.get("Flag") == 2 and isinstance(name, str) and name.startswith("step "):
-            step = name[5:]
-            if step.isdigit():
-                self._open[mark_id] = (int(step), time)
-            return []
-        begun = self._open.pop(mark_id, None) if record.get("Flag") == 4 else None
-        return [] if begun is None else [(begun[0], (time - begun[1]) / 1e9)]
+        begun = self._open.pop(mark.id, None) if mark.flag == profiling_records.END else None
+        return [] if begun is None else [(begun[0], (mark.timestamp - begun[1]) / 1e9)]

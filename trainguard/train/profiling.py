@@ -7,13 +7,11 @@ one passes :data:`FILE_LIMIT` bytes. When the task's folder passes ``disk_limit`
 oldest fifth of this rank's files go, :data:`KEEP_FILES` kept at least; nothing that is not
 named by a number is touched.
 
-A mark is a start record and an end record with the same ``Id`` (``Kind`` 1, a marker): the
-start names it (``step 17``, ``forward``, ``dataloader``, ``save_checkpoint``, in the
-``default`` domain; a communication operator in the ``communication`` domain, its name a JSON
-string of the operator's fields), the end has an empty name and domain. trainguard's marks are
-taken on the host (``SourceKind`` 0, ``Flag`` 2 and 4), the process's and thread's ids in
-``MsptiObjectId.Pt``; the original takes step and forward marks on the device too, which needs
-the device's own tracing (MSPTI, CUPTI) and is not done here.
+A mark's two records are :mod:`trainguard.job.profiling_records`'. Its names: ``step 17``,
+``forward``, ``dataloader``, ``save_checkpoint`` in the ``default`` domain; a communication
+operator in the ``communication`` domain, its name a JSON string of the operator's fields.
+trainguard's marks are taken on the host; the original takes step and forward marks on the
+device too, which needs the device's own tracing (MSPTI, CUPTI) and is not done here.
 
 Steps and snapshots are marked by the session itself; forward passes, data-loader fetches and
 all-reduces where the script hands them over (:meth:`ProfilingRecorder.watch_forward`,
@@ -37,7 +35,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from trainguard.job import profiling_switch
+from trainguard.job import profiling_records, profiling_switch
 
 __all__ = ["DISK_LIMIT", "FILE_LIMIT", "FLUSH_SECONDS", "KEEP_FILES", "ProfilingRecorder",
            "task_id"]
@@ -52,9 +50,6 @@ DISK_LIMIT = 5000 * 1024 * 1024
 """The original's default for the whole profiling folder (5000 MB)."""
 KEEP_FILES = 3
 
-_START_HOST = 2
-_END_HOST = 4
-_MARKER = 1
 
 
 def task_id(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
@@ -110,12 +105,12 @@ class ProfilingRecorder:
         with self._lock:
             mark_id = self._next_id
             self._next_id += 1
-            self._add(_START_HOST, mark_id, name, domain)
+            self._add(profiling_records.START, mark_id, name, domain)
         return mark_id
 
     def end(self, mark_id: int) -> None:
         with self._lock:
-            self._add(_END_HOST, mark_id, "", "")
+            self._add(profiling_records.END, mark_id, "", "")
             if time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
                 self._flush()
 
@@ -182,13 +177,9 @@ class ProfilingRecorder:
             self._flush()
 
     def _add(self, flag: int, mark_id: int, name: str, domain: str) -> None:
-        # Formatted by hand: json.dumps of the whole record made a mark 3.7 times as slow, on the
-        # training thread. Only the strings need JSON's escaping.
-        self._lines.append(
-            f'{{"Kind":{_MARKER},"Flag":{flag},"SourceKind":0,"Timestamp":{self._now_ns()},'
-            f'"Id":{mark_id},"MsptiObjectId":{{"Pt":{{"ProcessId":{self._pid},'
-            f'"ThreadId":{threading.get_native_id()}}}}},"Name":{json.dumps(name)},'
-            f'"Domain":{json.dumps(domain)}}}')
+        self._lines.append(profiling_records.marker(
+            flag, mark_id, name, domain, timestamp=self._now_ns(), process=self._pid,
+            thread=threading.get_native_id()))
 
     def _flush(self) -> None:
         self._flushed_at = time.monotonic()
@@ -221,9 +212,7 @@ class ProfilingRecorder:
         total = sum(path.stat().st_size for path in self._task_dir.rglob("*") if path.is_file())
         if total <= self._disk_limit:
             return
-        numbered = sorted((path for path in self._dir.iterdir()
-                           if path.name.isdigit() and path.is_file()),
-                          key=lambda path: int(path.name))
+        numbered = profiling_records.files(self._dir)
         doomed = numbered[:min(max(len(numbered) // 5, 1), max(len(numbered) - KEEP_FILES, 0))]
         for path in doomed:
             path.unlink(missing_ok=True)

@@ -48,8 +48,9 @@ agent's pending orders (abort, rejoin, stop step, injections) and the state bein
 step guard, ``run``'s generation loop and the order handlers each read and change all of it.
 What does not share it already lives apart: storage (the backends), torch.distributed
 (:mod:`.process_group`, :mod:`.communicator`), the agent connection (:mod:`.agent_link`), the
-error file and random states; what a share completion does is the agent-memory backend's, the
-session only hands it the agent's order or its own uncaught error.
+error file and random states, the profiling marks (:mod:`.profiling`; the session holds the
+recorder and marks its steps and snapshots); what a share completion does is the agent-memory
+backend's, the session only hands it the agent's order or its own uncaught error.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ from typing import Any, TypeVar
 import torch
 
 from trainguard.ipc import messages
-from trainguard.job import profiling_switch
+from trainguard.job import profiling_records, profiling_switch
 from trainguard.train import (
     agent_link,
     agent_memory,
@@ -445,7 +446,8 @@ class Session:
         """
         self._skipped_step = None
         self._before_step(step)
-        traced = self.profiling.start(f"step {step}") if self.profiling.switch.step else 0
+        traced = (self.profiling.start(profiling_records.step_name(step))
+                  if self.profiling.switch.step else 0)
         self._link.send(messages.StepMark(step, messages.StepPhase.BEGIN, time.monotonic()))
         try:
             self._inject_due(step)
