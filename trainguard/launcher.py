@@ -210,7 +210,10 @@ async def run(settings: RunSettings, *, observer: RunObserver | None = None) -> 
     agent_settings = settings.agent
     if settings.fault_config_dir is not None and not settings.fault_config_dir.is_dir():
         raise LaunchError(f"fault-config-dir: {settings.fault_config_dir} is not a directory")
-    slow = _slow_node(settings)
+    try:
+        slow = slow_node_watch.asked(settings.detectors.slow_node)
+    except slow_node.SlowNodeSettingsError as error:
+        raise LaunchError(f"slow-node: {error}") from error
     joined = None
     if settings.cluster is not None:
         joined, agent_settings = await _join(settings, settings.cluster)
@@ -277,21 +280,6 @@ def _checkpoint_dir(explicit: Path | None, agent: node_agent.AgentSettings) -> P
         return explicit or agent.run_dir / "checkpoints"
     root = explicit or agent.run_dir.parent / "checkpoints"
     return checkpoint_layout.node_directory(root, agent.node_rank)
-
-
-def _slow_node(settings: RunSettings) -> slow_node.SlowNodeSettings | None:
-    """The slow-node detection asked for (``--slow-node``), if on.
-
-    Raises:
-        LaunchError: its file cannot be used (the message names it and the field).
-    """
-    if settings.detectors.slow_node is None:
-        return None
-    try:
-        found = slow_node.SlowNodeSettings.load(settings.detectors.slow_node)
-    except slow_node.SlowNodeSettingsError as error:
-        raise LaunchError(f"slow-node: {error}") from error
-    return found if found.slow_node else None
 
 
 async def _run(settings: RunSettings, agent_settings: node_agent.AgentSettings,

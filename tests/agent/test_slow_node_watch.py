@@ -53,3 +53,12 @@ def test_an_event_when_the_slow_ranks_change_and_none_while_they_stay(tmp_path: 
             for e in said] == [("SlowNodeDetected", [1], "100.00%"),
                                ("SlowNodeDetected", [0, 1], "200.00%"),
                                ("SlowNodeRecovered", None, None)]
+
+
+def test_a_feat_conf_with_slow_node_0_asks_for_no_detection(tmp_path: Path) -> None:
+    path = tmp_path / "FeatConf.json"
+    path.write_text('{"slowNode": 0}')
+    assert slow_node_watch.asked(path) is None
+    assert slow_node_watch.asked(None) is None
+    path.write_text("{}")
+    assert slow_node_watch.asked(path) == SlowNodeSettings()

@@ -13,10 +13,23 @@ from pathlib import Path
 from trainguard.detect import slow_node
 from trainguard.job import events
 
-__all__ = ["SHORTEST_PERIOD", "SlowNodeWatch"]
+__all__ = ["SHORTEST_PERIOD", "SlowNodeWatch", "asked"]
 
 SHORTEST_PERIOD = 0.5
 """Seconds between detections at least (the original's 0 would spin)."""
+
+
+def asked(path: Path | None) -> slow_node.SlowNodeSettings | None:
+    """The detection a ``--slow-node`` FeatConf file asks for; None: none (no file, or
+    ``"slowNode": 0``).
+
+    Raises:
+        slow_node.SlowNodeSettingsError: the file cannot be used (named, with the field).
+    """
+    if path is None:
+        return None
+    found = slow_node.SlowNodeSettings.load(path)
+    return found if found.slow_node else None
 
 
 class SlowNodeWatch:

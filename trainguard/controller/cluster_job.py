@@ -108,8 +108,12 @@ class ClusterJob:
                 raise JoinError(f"host {register.host} claims node rank {place} of job {job}, "
                                 f"which host {self.claimed[place]} holds")
         else:
-            first_free = (range(places) if self.started else range(register.nnodes, places)
-                          if newcomer else range(register.nnodes))
+            if self.started:
+                first_free = range(places)
+            elif newcomer:
+                first_free = range(register.nnodes, places)  # the spare places
+            else:
+                first_free = range(register.nnodes)
             free = [n for n in first_free if n not in self.claimed] or [
                 n for n in range(places) if n not in self.claimed]
             if not free:
